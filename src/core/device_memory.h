@@ -1,0 +1,9 @@
+// Device memory and device queries, implemented by the CUDA backend when it is
+// built (src/cuda/device.cu) and by src/core/no_cuda.cpp otherwise.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+namespace segred::detail {
+std::shared_ptr<void> cuda_allocate(size_t bytes, int device);
+}

@@ -1,0 +1,14 @@
+// The CUDA entry points of a build without the CUDA backend.
+#include "segred/error.h"
+#include "segred/version.h"
+#include "src/core/device_memory.h"
+
+namespace segred {
+bool built_with_cuda() { return false; }
+int cuda_device_count() { return 0; }
+namespace detail {
+std::shared_ptr<void> cuda_allocate(size_t, int) {
+  throw ValueError("device: this segred build has no CUDA backend (configure with SEGRED_ENABLE_CUDA=ON)");
+}
+}  // namespace detail
+}  // namespace segred

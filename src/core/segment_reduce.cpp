@@ -1,0 +1,160 @@
+// segment_reduce API layer: argument checks, planning, backend dispatch.
+// Knows the contract (SEMANTICS.md), not the kernels.
+#include <cstring>
+
+#include "segred/error.h"
+#include "segred/segment_reduce.h"
+#include "src/core/segments.h"
+#include "src/cpu/kernels.h"
+
+namespace segred {
+
+Reduce parse_reduce(std::string_view s) {
+  if (s == "sum") return Reduce::Sum;
+  if (s == "mean") return Reduce::Mean;
+  if (s == "max" || s == "amax") return Reduce::Max;
+  if (s == "min" || s == "amin") return Reduce::Min;
+  if (s == "prod") return Reduce::Prod;
+  throw ValueError(detail::cat("segment_reduce: reduce='", s,
+                               "' is not supported; expected one of sum, mean, max, min, prod, amax, amin"));
+}
+
+Tie parse_tie(std::string_view s) {
+  if (s == "split") return Tie::Split;
+  if (s == "first") return Tie::First;
+  if (s == "last") return Tie::Last;
+  throw ValueError(detail::cat("segment_reduce_backward: tie='", s, "' is not supported; expected split, first or last"));
+}
+
+std::string_view to_string(Reduce r) {
+  switch (r) {
+    case Reduce::Sum: return "sum";
+    case Reduce::Mean: return "mean";
+    case Reduce::Max: return "max";
+    case Reduce::Min: return "min";
+    case Reduce::Prod: return "prod";
+  }
+  return "?";
+}
+
+std::string_view to_string(Tie t) { return t == Tie::Split ? "split" : t == Tie::First ? "first" : "last"; }
+
+// CPU plan: one path per (direction, inner == 1 or not), 64-bit indices always.
+// chunk = rows per piece of a long segment (segment_work.h): 2^16 scalars for the
+// flat path, so a piece (256 KiB of float32) stays in L2 between the two passes
+// of the backward; with features, 2^16 elements but at least 64 rows.
+Plan plan_segment_reduce(const SegmentProblem& p) {
+  SEGRED_CHECK(p.backend == Backend::CPU, ValueError,
+               "segment_reduce: no CUDA path for segment_reduce in this build yet (data must be on the CPU)");
+  Plan plan;
+  const bool flat = p.inner == 1;
+  if (p.direction == Direction::Fwd)
+    plan.path = flat ? "segment_reduce.fwd.cpu.flat.i64" : "segment_reduce.fwd.cpu.features.i64";
+  else
+    plan.path = flat ? "segment_reduce.bwd.cpu.flat.i64" : "segment_reduce.bwd.cpu.features.i64";
+  plan.index_bits = 64;
+  constexpr int64_t kPieceElems = int64_t(1) << 16;
+  plan.chunk = flat ? kPieceElems : std::max<int64_t>(64, kPieceElems / std::max<int64_t>(1, p.inner));
+  return plan;
+}
+
+namespace {
+
+Backend backend_of(const TensorView& t) { return t.device.type == Device::CPU ? Backend::CPU : Backend::CUDA; }
+
+// Contiguous input for the kernels: the view itself, or a copy.
+struct Contig {
+  Tensor copy;
+  TensorView view;
+  explicit Contig(const TensorView& v) {
+    if (v.is_contiguous()) {
+      view = v;
+    } else {
+      copy = Tensor::contiguous_copy(v);
+      view = copy.view();
+    }
+  }
+};
+
+void check_out(const char* op, const char* name, const TensorView& t, const Shape& shape, DType dtype,
+               DeviceRef dev) {
+  SEGRED_CHECK(t.sizes == shape, ValueError, op, ": ", name, " has shape ", shape_string(t.sizes), ", expected ",
+               shape_string(shape));
+  SEGRED_CHECK(t.dtype == dtype, TypeError, op, ": ", name, " has dtype ", dtype_name(t.dtype), ", expected ",
+               dtype_name(dtype));
+  SEGRED_CHECK(t.device == dev, ValueError, op, ": ", name, " is on ", to_string(t.device), ", expected ",
+               to_string(dev));
+}
+
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  auto span = [](const TensorView& t) {
+    int64_t hi = 0;
+    for (size_t d = 0; d < t.sizes.size(); ++d) hi += (t.sizes[d] - 1) * std::max<int64_t>(t.strides[d], 0);
+    const char* p = static_cast<const char*>(t.data);
+    return std::pair<const char*, const char*>(p, p + (hi + 1) * dtype_size(t.dtype));
+  };
+  auto [a0, a1] = span(a);
+  auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+SegmentProblem problem(const detail::SegmentLayout& lay, const TensorView& data, Reduce reduce, Direction dir) {
+  return {backend_of(data), dir, reduce, data.dtype, lay.index_dtype, lay.outer, lay.L, lay.inner, lay.S};
+}
+
+}  // namespace
+
+Shape segment_reduce_output_shape(const TensorView& data, const Segments& seg) {
+  const auto lay = detail::resolve_segments("segment_reduce", data, seg);
+  Shape s = data.sizes;
+  s[size_t(lay.axis)] = lay.S;
+  return s;
+}
+
+void segment_reduce_out(const TensorView& data, Reduce reduce, const Segments& seg, const TensorView& out) {
+  const char* op = "segment_reduce";
+  const auto lay = detail::resolve_segments(op, data, seg);
+  Shape shape = data.sizes;
+  shape[size_t(lay.axis)] = lay.S;
+  check_out(op, "out", out, shape, data.dtype, data.device);
+  SEGRED_CHECK(out.is_contiguous(), ValueError, op, ": out must be contiguous");
+  SEGRED_CHECK(!overlaps(out, data), ValueError, op, ": out must not overlap data");
+  const Plan plan = plan_segment_reduce(problem(lay, data, reduce, Direction::Fwd));
+  if (out.numel() == 0) return;  // nothing to write: no kernel runs
+  Contig x(data);
+  cpu::segment_reduce_fwd(plan, lay, x.view, reduce, seg.initial, out);
+}
+
+Tensor segment_reduce(const TensorView& data, Reduce reduce, const Segments& seg) {
+  Tensor out = Tensor::empty(segment_reduce_output_shape(data, seg), data.dtype, data.device);
+  segment_reduce_out(data, reduce, seg, out);
+  return out;
+}
+
+void segment_reduce_backward_out(const TensorView& grad, const TensorView& output, const TensorView& data,
+                                 Reduce reduce, const Segments& seg, Tie tie, const TensorView& grad_input) {
+  const char* op = "segment_reduce_backward";
+  const auto lay = detail::resolve_segments(op, data, seg);
+  Shape shape = data.sizes;
+  shape[size_t(lay.axis)] = lay.S;
+  check_out(op, "grad", grad, shape, data.dtype, data.device);
+  check_out(op, "output", output, shape, data.dtype, data.device);
+  check_out(op, "grad_input", grad_input, data.sizes, data.dtype, data.device);
+  SEGRED_CHECK(grad_input.is_contiguous(), ValueError, op, ": grad_input must be contiguous");
+  for (const TensorView* in : {&grad, &output, &data})
+    SEGRED_CHECK(!overlaps(grad_input, *in), ValueError, op, ": grad_input must not overlap grad, output or data");
+  const Plan plan = plan_segment_reduce(problem(lay, data, reduce, Direction::Bwd));
+  if (grad_input.numel() == 0) return;
+  Contig g(grad), y(output), x(data);
+  cpu::segment_reduce_bwd(plan, lay, g.view, y.view, x.view, reduce, seg.initial, tie, grad_input);
+}
+
+Tensor segment_reduce_backward(const TensorView& grad, const TensorView& output, const TensorView& data,
+                               Reduce reduce, const Segments& seg, Tie tie) {
+  Tensor gi = Tensor::empty(data.sizes, data.dtype, data.device);
+  segment_reduce_backward_out(grad, output, data, reduce, seg, tie, gi);
+  return gi;
+}
+
+}  // namespace segred

@@ -1,0 +1,36 @@
+// CUDA device services shared by every CUDA kernel file: allocation for the
+// owning Tensor and device queries. Kernels of the op families live beside it.
+#include <cuda_runtime.h>
+
+#include "segred/error.h"
+#include "segred/version.h"
+#include "src/core/device_memory.h"
+
+namespace segred {
+
+bool built_with_cuda() { return true; }
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+namespace detail {
+std::shared_ptr<void> cuda_allocate(size_t bytes, int device) {
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaError_t e = cudaSetDevice(device);
+  void* p = nullptr;
+  if (e == cudaSuccess) e = cudaMalloc(&p, bytes);
+  cudaSetDevice(prev);
+  SEGRED_CHECK(e == cudaSuccess, DeviceError, "Tensor::empty: cudaMalloc of ", bytes, " bytes on cuda:", device,
+               " failed: ", cudaGetErrorString(e));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+}  // namespace detail
+
+}  // namespace segred
