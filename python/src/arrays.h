@@ -1,0 +1,22 @@
+// Array exchange for the bindings: nanobind ndarray (DLPack / buffer protocol)
+// <-> segred::TensorView without copies, and owning results back to Python.
+#pragma once
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include "segred/segred.h"
+
+namespace segred::py {
+namespace nb = nanobind;
+
+using InArray = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
+
+// View of an array; TypeError naming `arg` for a dtype segred does not know.
+TensorView view_of(const InArray& a, const char* arg);
+TensorView view_of(const OutArray& a, const char* arg);
+
+// Hands an owning segred::Tensor to Python as a NumPy array (no copy).
+nb::object to_numpy(Tensor t);
+
+}  // namespace segred::py

@@ -1,0 +1,120 @@
+// segred._C: the nanobind module. Thin: converts arrays and arguments, calls the
+// C++ API, maps segred errors to Python exceptions (SEMANTICS.md, "Errors").
+// The Python-facing signatures and docs live in python/segred/__init__.py.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include "python/src/arrays.h"
+
+namespace nb = nanobind;
+using namespace segred;
+using segred::py::InArray;
+
+namespace segred::py {
+void bind_extensions(nb::module_& m);  // python/src/extensions.cpp: bindings of the other op families
+}
+
+namespace {
+
+Segments make_segments(const std::optional<InArray>& lengths, const std::optional<InArray>& offsets, int64_t axis,
+                       bool unsafe, std::optional<double> initial) {
+  Segments s;
+  if (lengths) s.lengths = py::view_of(*lengths, "lengths");
+  if (offsets) s.offsets = py::view_of(*offsets, "offsets");
+  s.axis = axis;
+  s.unsafe = unsafe;
+  s.initial = initial;
+  return s;
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+  m.doc() = "segred native module (use the segred package, not this module)";
+
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const segred::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
+    } catch (const segred::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const segred::DeviceError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  m.def(
+      "segment_reduce",
+      [](InArray data, std::string_view reduce, std::optional<InArray> lengths, std::optional<InArray> offsets,
+         int64_t axis, bool unsafe, std::optional<double> initial) {
+        const Reduce r = parse_reduce(reduce);
+        const TensorView x = py::view_of(data, "data");
+        Segments seg = make_segments(lengths, offsets, axis, unsafe, initial);
+        Tensor out;
+        {
+          nb::gil_scoped_release release;
+          out = segred::segment_reduce(x, r, seg);
+        }
+        return py::to_numpy(std::move(out));
+      },
+      nb::arg("data"), nb::arg("reduce"), nb::arg("lengths").none(), nb::arg("offsets").none(), nb::arg("axis"),
+      nb::arg("unsafe"), nb::arg("initial").none());
+
+  m.def(
+      "segment_reduce_backward",
+      [](InArray grad, InArray output, InArray data, std::string_view reduce, std::optional<InArray> lengths,
+         std::optional<InArray> offsets, int64_t axis, std::optional<double> initial, std::string_view tie,
+         bool unsafe) {
+        const Reduce r = parse_reduce(reduce);
+        const Tie t = parse_tie(tie);
+        const TensorView g = py::view_of(grad, "grad"), y = py::view_of(output, "output"),
+                         x = py::view_of(data, "data");
+        Segments seg = make_segments(lengths, offsets, axis, unsafe, initial);
+        Tensor gi;
+        {
+          nb::gil_scoped_release release;
+          gi = segred::segment_reduce_backward(g, y, x, r, seg, t);
+        }
+        return py::to_numpy(std::move(gi));
+      },
+      nb::arg("grad"), nb::arg("output"), nb::arg("data"), nb::arg("reduce"), nb::arg("lengths").none(),
+      nb::arg("offsets").none(), nb::arg("axis"), nb::arg("initial").none(), nb::arg("tie"), nb::arg("unsafe"));
+
+  // Trace and registry.
+  nb::class_<TraceRecord>(m, "TraceRecord")
+      .def_ro("op", &TraceRecord::op)
+      .def_prop_ro("direction", [](const TraceRecord& r) { return std::string(to_string(r.direction)); })
+      .def_prop_ro("backend", [](const TraceRecord& r) { return std::string(to_string(r.backend)); })
+      .def_ro("path", &TraceRecord::path)
+      .def_ro("index_bits", &TraceRecord::index_bits)
+      .def_prop_ro("grid", [](const TraceRecord& r) { return std::vector<int64_t>(r.grid.begin(), r.grid.end()); })
+      .def_prop_ro("block", [](const TraceRecord& r) { return std::vector<int64_t>(r.block.begin(), r.block.end()); })
+      .def("__repr__", [](const TraceRecord& r) {
+        return "TraceRecord(path='" + r.path + "', op='" + r.op + "', direction='" +
+               std::string(to_string(r.direction)) + "', backend='" + std::string(to_string(r.backend)) +
+               "', index_bits=" + std::to_string(r.index_bits) + ")";
+      });
+
+  nb::class_<TraceSession>(m, "TraceSession")
+      .def(nb::init<>())
+      .def("records", &TraceSession::records)
+      .def("stop", &TraceSession::stop);
+
+  nb::class_<PathInfo>(m, "PathInfo")
+      .def_prop_ro("name", [](const PathInfo& p) { return std::string(p.name); })
+      .def_prop_ro("op", [](const PathInfo& p) { return std::string(p.op); })
+      .def_prop_ro("direction", [](const PathInfo& p) { return std::string(to_string(p.direction)); })
+      .def_prop_ro("backend", [](const PathInfo& p) { return std::string(to_string(p.backend)); })
+      .def_ro("index_bits", &PathInfo::index_bits)
+      .def("__repr__", [](const PathInfo& p) { return "PathInfo(name='" + std::string(p.name) + "')"; });
+
+  m.def("paths", [] { return segred::paths(); }, nb::rv_policy::copy);
+  m.def("built_with_cuda", &segred::built_with_cuda);
+  m.def("cuda_device_count", &segred::cuda_device_count);
+  m.attr("__version__") = segred::version;
+
+  segred::py::bind_extensions(m);
+}
