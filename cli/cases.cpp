@@ -1,7 +1,10 @@
 #include "cli/cases.h"
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+
+#include "src/reference/segment_reduce_ref.h"
 
 namespace segred::cli {
 
@@ -53,7 +56,7 @@ const std::vector<Input>& inputs() {
 }
 
 std::vector<Case> expand_cases(const std::vector<Input>& in) {
-  const std::vector<double> grads = {-1.0, 0.0, 1.0, 2.5};
+  const std::vector<double> grads = {-2.5, -1.0, 0.0, 1.0, 2.5};
   std::vector<Case> out;
   for (const Input& i : in) {
     for (const std::string& red : i.reduces) {
@@ -89,6 +92,72 @@ std::vector<Case> expand_cases(const std::vector<Input>& in) {
     c.name += "/" + c.dtype;
   }
   return out;
+}
+
+namespace {
+double round_to(double v, const std::string& dtype) { return dtype == "float32" ? double(float(v)) : v; }
+}  // namespace
+
+Materialized materialize(const Case& c) {
+  const Input& in = *c.input;
+  Materialized m;
+  const int64_t S = int64_t(in.lengths.size()) / in.outer;
+  m.axis = in.outer > 1 ? 1 : 0;
+  m.data_shape = in.outer > 1 ? Shape{in.outer, in.L} : Shape{in.L};
+  if (in.inner > 1) m.data_shape.push_back(in.inner);
+  m.out_shape = m.data_shape;
+  m.out_shape[size_t(m.axis)] = S;
+  for (double v : in.data) m.data.push_back(round_to(v, c.dtype));
+  reference::Problem p{in.outer, in.L, in.inner, S, reference::offsets_from_lengths(in.lengths, in.outer, S),
+                       c.initial};
+  for (auto& v : p.offsets) v += in.lead;
+  m.meta_shape = in.outer > 1 ? Shape{in.outer, S} : Shape{S};
+  if (c.offsets) {
+    m.meta_shape.back() += 1;
+    m.meta = p.offsets;
+  } else {
+    m.meta = in.lengths;
+  }
+  m.expected_out = reference::forward(p, m.data, c.reduce);
+  // Upstream gradient: c.grad everywhere, or a per-segment pattern of every sign.
+  static const double pattern[] = {1.0, -1.0, 0.0, 0.4};
+  for (size_t i = 0; i < m.expected_out.size(); ++i)
+    m.grad.push_back(round_to(c.grad_varied ? c.grad * pattern[(i / size_t(in.inner)) % 4] : c.grad, c.dtype));
+  std::vector<double> y = m.expected_out;
+  for (auto& v : y) v = round_to(v, c.dtype);
+  m.expected_grad = reference::backward(p, m.grad, y, m.data, c.reduce, c.tie);
+  if (c.reduce == "max" || c.reduce == "min") {
+    // PyTorch's rule: split among the k ties only when g > 0, else each tie gets g.
+    std::vector<double> gpos(m.grad.size()), gneg(m.grad.size());
+    for (size_t i = 0; i < m.grad.size(); ++i) {
+      gpos[i] = m.grad[i] > 0 ? m.grad[i] : 0.0;
+      gneg[i] = m.grad[i] > 0 ? 0.0 : m.grad[i];
+    }
+    const auto split = reference::backward(p, gpos, y, m.data, c.reduce, "split");
+    // every tied element of a g <= 0 segment receives the whole g: k copies
+    std::vector<double> ones(m.grad.size(), 1.0);
+    const auto share = reference::backward(p, ones, y, m.data, c.reduce, "split");  // 1/k on ties
+    const auto neg_split = reference::backward(p, gneg, y, m.data, c.reduce, "split");
+    m.grad_sign_defect.resize(split.size());
+    for (size_t i = 0; i < split.size(); ++i)
+      m.grad_sign_defect[i] = split[i] + (share[i] != 0 ? neg_split[i] / share[i] : 0.0);
+  }
+  return m;
+}
+
+int64_t LargeCase::bytes_needed() const {
+  const int64_t es = dtype == "float16" ? 2 : 4;
+  return n * es * 2;  // data + grad_input (outputs are a few elements)
+}
+
+std::vector<LargeCase> large_cases() {
+  const int64_t k31 = int64_t(1) << 31, k32 = int64_t(1) << 32;
+  return {
+      {"large/max/2^31+1/float32", "max", "float32", k31 + 1},
+      {"large/sum/2^31+1/float32", "sum", "float32", k31 + 1},
+      {"large/max/2^32+3/float16", "max", "float16", k32 + 3},
+      {"large/sum/2^32+3/float16", "sum", "float16", k32 + 3},
+  };
 }
 
 }  // namespace segred::cli

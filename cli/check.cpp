@@ -1,28 +1,29 @@
-// `segred check`: the verification matrix (cases.h) through the public API,
-// against the float64 reference (src/reference), with the path each case reached.
+// `segred check`: the verification matrix (cases.h) through the public API, on
+// each device, against the float64 reference; one row per case, then the path
+// coverage table and `paths reached: N/M` per backend.
 #include "cli/check.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
 
 #include "cli/cases.h"
+#include "cli/report.h"
 #include "segred/segred.h"
-#include "src/reference/segment_reduce_ref.h"
 
 namespace segred::cli {
 
 namespace {
 
-struct Outcome {
-  double err = 0;  // max scaled error over forward and backward
-  bool ok = true;
-  std::string detail;
-  std::set<std::string> paths;
-};
+using Reached = std::map<std::string, std::vector<std::string>>;  // path -> cases
 
-// |a - b| scaled by tolerance; NaN must meet NaN, infinities must be equal.
+std::string device_name(DeviceRef d) { return d.type == Device::CPU ? "cpu" : "cuda"; }
+
+// Scaled error; NaN must meet NaN, infinities must be equal.
 bool close(double got, double want, double tol, double& err) {
   if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
   if (std::isinf(want) || std::isinf(got)) return got == want;
@@ -31,134 +32,251 @@ bool close(double got, double want, double tol, double& err) {
   return e <= tol;
 }
 
+// Host array of T from doubles, moved to `dev`.
 template <class T>
-Outcome run_case(const Case& c) {
-  const Input& in = *c.input;
-  Outcome o;
-  const int64_t S = int64_t(in.lengths.size()) / in.outer;
-  const DType dt = dtype_of<T>();
-  // Data rounded to T once; the reference sees the rounded values.
-  std::vector<T> xd(in.data.size());
-  std::vector<double> x(in.data.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    xd[i] = T(in.data[i]);
-    x[i] = double(xd[i]);
+Tensor make(const std::vector<double>& v, const Shape& shape, DeviceRef dev) {
+  Tensor h = Tensor::empty(shape, dtype_of<T>());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<T, half_t>) h.ptr<T>()[i] = to_half(float(v[i]));
+    else h.ptr<T>()[i] = T(v[i]);
   }
-  reference::Problem p{in.outer, in.L, in.inner, S, reference::offsets_from_lengths(in.lengths, in.outer, S), c.initial};
-  for (auto& v : p.offsets) v += in.lead;
-  std::vector<int64_t> lengths = in.lengths;
-  std::vector<int32_t> offsets(p.offsets.begin(), p.offsets.end());  // int32 metadata on purpose
+  return dev.type == Device::CPU ? h : Tensor::copy_to(h, dev);
+}
 
-  Shape dshape = in.outer > 1 ? Shape{in.outer, in.L} : Shape{in.L};
-  if (in.inner > 1) dshape.push_back(in.inner);
-  const int64_t axis = in.outer > 1 ? 1 : 0;
-  TensorView data(xd.data(), dt, dshape);
-  Segments seg;
-  seg.axis = axis;
-  seg.initial = c.initial;
-  Shape mshape = in.outer > 1 ? Shape{in.outer, S} : Shape{S};
-  if (c.offsets) {
-    mshape.back() += 1;
-    seg.offsets = TensorView(offsets.data(), DType::Int32, mshape);
-  } else {
-    seg.lengths = TensorView(lengths.data(), DType::Int64, mshape);
+template <class T>
+std::vector<double> fetch(const Tensor& t) {
+  const Tensor h = t.view().device.type == Device::CPU ? t : Tensor::copy_to(t, {});
+  std::vector<double> v(size_t(h.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<T, half_t>) v[i] = double(to_float(h.ptr<T>()[i]));
+    else v[i] = double(h.ptr<T>()[i]);
   }
+  return v;
+}
+
+void compare(const char* what, const std::vector<double>& got, const std::vector<double>& want, double tol,
+             Row& row) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (close(got[i], want[i], tol, row.err) || row.verdict == "WRONG") continue;
+    row.verdict = "WRONG";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s[%zu] = %.17g, expected %.17g", what, i, got[i], want[i]);
+    row.detail = buf;
+  }
+}
+
+std::string join(const std::set<std::string>& s) {
+  std::string o;
+  for (const auto& p : s) o += (o.empty() ? "" : ",") + p;
+  return o;
+}
+
+template <class T>
+Row run_segment_case(const Case& c, DeviceRef dev) {
+  const Materialized m = materialize(c);
+  Row row{c.name, "segment_reduce", device_name(dev), "", 0, "ok", ""};
+  const Tensor data = make<T>(m.data, m.data_shape, dev);
+  Tensor meta = Tensor::empty(m.meta_shape, c.offsets ? DType::Int32 : DType::Int64);
+  for (size_t i = 0; i < m.meta.size(); ++i) {
+    if (c.offsets) meta.ptr<int32_t>()[i] = int32_t(m.meta[i]);  // int32 metadata on purpose
+    else meta.ptr<int64_t>()[i] = m.meta[i];
+  }
+  if (dev.type != Device::CPU) meta = Tensor::copy_to(meta, dev);
+  Segments seg;
+  seg.axis = m.axis;
+  seg.initial = c.initial;
+  (c.offsets ? seg.offsets : seg.lengths) = meta.view();
   const Reduce red = parse_reduce(c.reduce);
-  const double tol = dt == DType::Float64 ? 1e-12 : 2e-6;
+  const double tol = dtype_of<T>() == DType::Float64 ? 1e-12 : 2e-6;
 
   TraceSession trace;
   const Tensor y = segment_reduce(data, red, seg);
-  const std::vector<double> want_y = reference::forward(p, x, c.reduce);
-  for (size_t i = 0; i < want_y.size(); ++i) {
-    const double got = double(y.ptr<T>()[i]);
-    if (!close(got, want_y[i], tol, o.err) && o.ok) {
-      o.ok = false;
-      o.detail = "forward[" + std::to_string(i) + "] = " + std::to_string(got) + ", expected " + std::to_string(want_y[i]);
-    }
+  compare("forward", fetch<T>(y), m.expected_out, tol, row);
+  const Tensor g = make<T>(m.grad, m.out_shape, dev);
+  // The backward refers to the reference output (rounded to T), like autograd
+  // refers to the forward it saved; for max/min it equals segred's exactly.
+  const Tensor yref = make<T>(m.expected_out, m.out_shape, dev);
+  const Tensor gi = segment_reduce_backward(g, yref, data, red, seg, parse_tie(c.tie));
+  compare("backward", fetch<T>(gi), m.expected_grad, tol, row);
+  std::set<std::string> ps;
+  for (const auto& r : trace.records()) ps.insert(r.path);
+  row.paths = join(ps);
+  return row;
+}
+
+int64_t free_host_bytes() { return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)); }
+
+// A boundary case: three segments [0, 3), [3, n-3), [n-3, n) of a 1-D tensor of n
+// elements, zero except a few values placed at the start and the end, so the
+// expected outputs and gradients are exact; the gradient is checked whole.
+template <class T>
+Row run_large_case(const LargeCase& c, DeviceRef dev) {
+  Row row{c.name, "segment_reduce", device_name(dev), "", 0, "ok", ""};
+  const int64_t need = c.bytes_needed();
+  if (dev.type == Device::CPU && need > free_host_bytes()) {
+    row.verdict = "skipped";
+    row.detail = "needs " + std::to_string(need >> 20) + " MiB, " + std::to_string(free_host_bytes() >> 20) +
+                 " MiB free";
+    return row;
   }
-  // Upstream gradient: c.grad everywhere, or a per-segment pattern of every sign.
-  static const double pattern[] = {1.0, -1.0, 0.0, 0.4};
-  std::vector<T> gd(want_y.size());
-  std::vector<double> g(want_y.size());
-  for (size_t i = 0; i < g.size(); ++i) {
-    gd[i] = T(c.grad_varied ? c.grad * pattern[(i / size_t(in.inner)) % 4] : c.grad);
-    g[i] = double(gd[i]);
+  const int64_t n = c.n;
+  const bool is_max = c.reduce == "max";
+  // (index, value) pairs; every other element is 0.
+  const std::vector<std::pair<int64_t, double>> vals =
+      is_max ? std::vector<std::pair<int64_t, double>>{{1, 5}, {2, 5}, {3, 3}, {n - 4, 3}, {n - 2, 7}, {n - 1, 7}}
+             : std::vector<std::pair<int64_t, double>>{{1, 1}, {2, 2}, {3, 0.5}, {n - 4, 0.25}, {n - 2, 4}, {n - 1, 8}};
+  const std::vector<double> want_y = is_max ? std::vector<double>{5, 3, 7} : std::vector<double>{3, 0.75, 12};
+  const std::vector<double> grad = {-1, -2.5, 2};
+  Tensor host = Tensor::empty({n}, dtype_of<T>());
+  std::memset(host.data(), 0, size_t(n) * sizeof(T));
+  for (auto [i, v] : vals) host.ptr<T>()[i] = make<T>({v}, {1}, {}).template ptr<T>()[0];
+  Tensor data = dev.type == Device::CPU ? std::move(host) : Tensor::copy_to(host, dev);
+  std::vector<int64_t> off = {0, 3, n - 3, n};
+  Tensor meta = Tensor::empty({4}, DType::Int64);
+  std::copy(off.begin(), off.end(), meta.ptr<int64_t>());
+  if (dev.type != Device::CPU) meta = Tensor::copy_to(meta, dev);
+  Segments seg;
+  seg.offsets = meta.view();
+  TraceSession trace;
+  const Reduce red = parse_reduce(c.reduce);
+  const Tensor y = segment_reduce(data, red, seg);
+  compare("forward", fetch<T>(y), want_y, 0, row);
+  const Tensor gi = segment_reduce_backward(make<T>(grad, {3}, dev), make<T>(want_y, {3}, dev), data, red, seg);
+  const Tensor gh = dev.type == Device::CPU ? gi : Tensor::copy_to(gi, {});
+  // expected gradient of element i
+  auto want = [&](int64_t i) -> double {
+    const int s = i < 3 ? 0 : i < n - 3 ? 1 : 2;
+    if (!is_max) return grad[size_t(s)];
+    for (auto [j, v] : vals)
+      if (j == i) return grad[size_t(s)] / 2;  // every segment's maximum is tied twice
+    return 0;
+  };
+  int64_t bad = 0, first_bad = -1;
+  const T* p = gh.ptr<T>();
+  for (int64_t i = 0; i < n; ++i) {
+    double v;
+    if constexpr (std::is_same_v<T, half_t>) v = double(to_float(p[i]));
+    else v = double(p[i]);
+    if (v != want(i) && bad++ == 0) first_bad = i;
   }
-  std::vector<double> y_ref(want_y.size());
-  for (size_t i = 0; i < y_ref.size(); ++i) y_ref[i] = double(y.ptr<T>()[i]);
-  const Tensor gi =
-      segment_reduce_backward(TensorView(gd.data(), dt, y.sizes()), y, data, red, seg, parse_tie(c.tie));
-  const std::vector<double> want_gi = reference::backward(p, g, y_ref, x, c.reduce, c.tie);
-  for (size_t i = 0; i < want_gi.size(); ++i) {
-    const double got = double(gi.ptr<T>()[i]);
-    if (!close(got, want_gi[i], tol, o.err) && o.ok) {
-      o.ok = false;
-      o.detail = "backward[" + std::to_string(i) + "] = " + std::to_string(got) + ", expected " +
-                 std::to_string(want_gi[i]);
-    }
+  if (bad) {
+    row.verdict = "WRONG";
+    row.detail = std::to_string(bad) + " wrong gradients, the first at " + std::to_string(first_bad);
   }
-  for (const auto& r : trace.records()) o.paths.insert(r.path);
-  return o;
+  std::set<std::string> ps;
+  for (const auto& r : trace.records()) ps.insert(r.path);
+  row.paths = join(ps);
+  return row;
 }
 
 }  // namespace
 
-int run_check(const std::string& device, bool quiet) {
-  const bool want_cpu = device == "cpu" || device == "all";
-  const bool want_cuda = device == "cuda" || device == "all";
+int run_check(const CheckOptions& opt) {
+  const bool want_cpu = opt.device == "cpu" || opt.device == "all";
+  const bool want_cuda = opt.device == "cuda" || opt.device == "all";
   if (!want_cpu && !want_cuda) {
-    std::fprintf(stderr, "segred check: --device must be cpu, cuda or all, got '%s'\n", device.c_str());
+    std::fprintf(stderr, "segred check: --device must be cpu, cuda or all, got '%s'\n", opt.device.c_str());
     return 2;
   }
-  int failures = 0;
-  std::map<std::string, std::vector<std::string>> reached;
+  std::vector<DeviceRef> devices;
+  if (want_cpu) devices.push_back({Device::CPU, 0});
+  bool cuda_ran = false;
   if (want_cuda) {
     if (cuda_device_count() == 0) {
-      std::printf("cuda: %s; no CUDA case ran\n",
-                  built_with_cuda() ? "no GPU present" : "this build has no CUDA backend");
-      if (device == "cuda") return 2;
+      std::printf("cuda: %s; no CUDA case ran\n", built_with_cuda() ? "no GPU present" : "this build has no CUDA backend");
+      if (!want_cpu) return 2;
     } else {
-      std::printf("cuda: segment_reduce has no CUDA path in this build yet; no CUDA case ran\n");
+      bool has_cuda_paths = false;
+      for (const auto& p : paths()) has_cuda_paths |= p.backend == Backend::CUDA && p.op == "segment_reduce";
+      if (has_cuda_paths) {
+        devices.push_back({Device::CUDA, 0});
+        cuda_ran = true;
+      } else {
+        std::printf("cuda: this build has no CUDA segment_reduce path; no CUDA case ran\n");
+      }
     }
   }
-  if (want_cpu) {
-    const auto cases = expand_cases(inputs());
-    std::printf("%-64s %-6s %-40s %-9s %s\n", "case", "device", "path", "max err", "verdict");
+
+  const std::vector<Case> cases = segment_cases();
+  const std::vector<LargeCase> large = opt.large ? large_cases() : std::vector<LargeCase>{};
+  std::vector<Row> rows;
+  Reached reached;
+  int wrong = 0, skipped = 0;
+  print_row_header();
+  Progress progress((cases.size() + large.size()) * devices.size());
+  auto record = [&](Row row) {
+    for (size_t a = 0, b; a < row.paths.size(); a = b + 1) {
+      b = row.paths.find(',', a);
+      if (b == std::string::npos) b = row.paths.size();
+      reached[row.paths.substr(a, b - a)].push_back(row.name);
+    }
+    if (row.verdict == "WRONG") ++wrong;
+    if (row.verdict == "skipped") ++skipped;
+    if (!opt.quiet || row.verdict != "ok") print_row(row);
+    rows.push_back(std::move(row));
+  };
+  for (const DeviceRef dev : devices) {
     for (const Case& c : cases) {
-      Outcome o;
+      progress.step(c.name);
+      Row row;
       try {
-        o = c.dtype == "float64" ? run_case<double>(c) : run_case<float>(c);
+        row = c.dtype == "float64" ? run_segment_case<double>(c, dev) : run_segment_case<float>(c, dev);
       } catch (const std::exception& e) {
-        o.ok = false;
-        o.detail = std::string("threw: ") + e.what();
+        row = {c.name, "segment_reduce", device_name(dev), "", 0, "WRONG",
+               std::string("threw: ") + e.what()};
       }
-      std::string path;
-      for (const auto& p : o.paths) {
-        path += (path.empty() ? "" : ",") + p;
-        reached[p].push_back(c.name);
-      }
-      if (!o.ok) ++failures;
-      if (!quiet || !o.ok)
-        std::printf("%-64s %-6s %-40s %-9.2e %s%s%s\n", c.name.c_str(), "cpu", path.c_str(), o.err,
-                    o.ok ? "ok" : "WRONG", o.ok ? "" : ": ", o.detail.c_str());
+      record(std::move(row));
     }
-    std::printf("\n%zu cases on cpu, %d wrong\n", cases.size(), failures);
+    for (const LargeCase& c : large) {
+      progress.step(c.name);
+      const auto t0 = std::chrono::steady_clock::now();
+      Row row;
+      try {
+        row = c.dtype == "float16" ? run_large_case<half_t>(c, dev) : run_large_case<float>(c, dev);
+      } catch (const std::exception& e) {
+        row = {c.name, "segment_reduce", device_name(dev), "", 0, "WRONG",
+               std::string("threw: ") + e.what()};
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (row.verdict != "skipped") row.detail += (row.detail.empty() ? "" : "; ") + std::to_string(int(s)) + " s";
+      record(std::move(row));
+    }
   }
+
   // Coverage: every registered path of the devices checked.
-  std::printf("\n%-44s %s\n", "path", "cases that reached it");
-  int n = 0, m = 0;
+  std::vector<CoverageLine> cov;
+  std::map<std::string, std::pair<int, int>> per_backend;  // backend -> (reached, registered)
   for (const PathInfo& p : paths()) {
-    if (p.backend == Backend::CPU ? !want_cpu : !(want_cuda && cuda_device_count() > 0)) continue;
-    ++m;
-    const auto it = reached.find(std::string(p.name));
-    const size_t k = it == reached.end() ? 0 : it->second.size();
-    if (k) ++n;
-    std::printf("%-44s %zu%s%s\n", std::string(p.name).c_str(), k, k ? " e.g. " : "  UNREACHED",
-                k ? it->second.front().c_str() : "");
+    if (p.backend == Backend::CPU ? !want_cpu : !cuda_ran) continue;
+    CoverageLine line{std::string(p.name), std::string(to_string(p.backend)), {}};
+    if (auto it = reached.find(line.path); it != reached.end()) line.cases = it->second;
+    auto& pb = per_backend[line.backend];
+    pb.second++;
+    if (!line.cases.empty()) pb.first++;
+    cov.push_back(std::move(line));
   }
+  std::printf("\n%-44s %s\n", "path", "cases that reached it");
+  for (const auto& c : cov)
+    std::printf("%-44s %zu%s%s\n", c.path.c_str(), c.cases.size(), c.cases.empty() ? "  UNREACHED" : "  e.g. ",
+                c.cases.empty() ? "" : c.cases.front().c_str());
+  int n = 0, m = 0;
+  std::string summary;
+  for (const auto& [backend, nm] : per_backend) {
+    std::printf("paths reached (%s): %d/%d\n", backend.c_str(), nm.first, nm.second);
+    summary += "paths reached (" + backend + "): " + std::to_string(nm.first) + "/" + std::to_string(nm.second) + "; ";
+    n += nm.first;
+    m += nm.second;
+  }
+  const bool ok = wrong == 0 && n == m;
+  summary += std::to_string(rows.size()) + " cases, " + std::to_string(wrong) + " wrong, " + std::to_string(skipped) +
+             " skipped; check " + (ok ? "passed" : "FAILED");
+  std::printf("%zu cases, %d wrong, %d skipped\n", rows.size(), wrong, skipped);
   std::printf("paths reached: %d/%d\n", n, m);
-  const bool ok = failures == 0 && n == m;
   std::printf("%s\n", ok ? "check passed" : "check FAILED");
+  if (!opt.report.empty() && !write_report(opt.report, rows, cov, summary)) {
+    std::fprintf(stderr, "segred check: cannot write %s\n", opt.report.c_str());
+    return 1;
+  }
   return ok ? 0 : 1;
 }
 

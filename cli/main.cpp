@@ -1,20 +1,36 @@
-// The `segred` command: `segred paths`, `segred check [--device cpu|cuda|all] [-v]`.
+// The `segred` command:
+//   segred paths
+//   segred check [--device cpu|cuda|all] [--large] [--report FILE] [-q]
+//   segred align --device DEV [--large] [--report FILE]   (python -m segred.align; needs torch)
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cli/check.h"
 #include "segred/segred.h"
+
+#ifndef SEGRED_PYTHON
+#define SEGRED_PYTHON "python3"
+#endif
 
 namespace {
 int usage(int rc) {
   std::fprintf(rc ? stderr : stdout,
                "usage: segred <command>\n"
-               "  paths                               list every registered kernel path\n"
-               "  check [--device cpu|cuda|all] [-q]  run the verification matrix against the float64\n"
-               "                                      reference (default: every device present;\n"
-               "                                      -q prints only wrong rows)\n"
-               "  version                             print the version and the backends built\n");
+               "  paths                      list every registered kernel path\n"
+               "  check [--device cpu|cuda|all] [--large] [--report FILE] [-q]\n"
+               "                             run the verification matrix through segred against the float64\n"
+               "                             reference (default: every device present); --large adds the\n"
+               "                             cases past 2^31 and 2^32 elements; --report writes Markdown\n"
+               "                             (or JSON for *.json); -q prints only wrong rows\n"
+               "  align --device DEV [--large] [--report FILE]\n"
+               "                             run the same matrix through PyTorch's native ops on any torch\n"
+               "                             device and report where torch diverges (needs torch)\n"
+               "  version                    print the version and the backends built\n");
   return rc;
 }
 }  // namespace
@@ -36,20 +52,33 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "check") {
-    std::string device = segred::cuda_device_count() > 0 ? "all" : "cpu";
-    bool quiet = false;
+    segred::cli::CheckOptions opt;
+    opt.device = segred::cuda_device_count() > 0 ? "all" : "cpu";
     for (int i = 2; i < argc; ++i) {
-      if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
-      else if (!std::strncmp(argv[i], "--device=", 9)) device = argv[i] + 9;
-      else if (!std::strcmp(argv[i], "-q") || !std::strcmp(argv[i], "--quiet")) quiet = true;
+      if (!std::strcmp(argv[i], "--device") && i + 1 < argc) opt.device = argv[++i];
+      else if (!std::strncmp(argv[i], "--device=", 9)) opt.device = argv[i] + 9;
+      else if (!std::strcmp(argv[i], "--report") && i + 1 < argc) opt.report = argv[++i];
+      else if (!std::strcmp(argv[i], "--large")) opt.large = true;
+      else if (!std::strcmp(argv[i], "-q") || !std::strcmp(argv[i], "--quiet")) opt.quiet = true;
       else return usage(2);
     }
     try {
-      return segred::cli::run_check(device, quiet);
+      return segred::cli::run_check(opt);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "segred check: %s\n", e.what());
       return 1;
     }
+  }
+  if (cmd == "align") {
+    // Written in Python (it drives torch): hand over to `python -m segred.align`.
+    const char* py = std::getenv("SEGRED_PYTHON");
+    std::vector<char*> args = {const_cast<char*>(py ? py : SEGRED_PYTHON), const_cast<char*>("-m"),
+                               const_cast<char*>("segred.align")};
+    for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "segred align: cannot run %s -m segred.align (set SEGRED_PYTHON)\n", args[0]);
+    return 2;
   }
   return usage(2);
 }

@@ -60,6 +60,8 @@ class Tensor {
   static Tensor empty(const Shape& sizes, DType dtype, DeviceRef device = {});
   // Contiguous copy of any view on the CPU (the view must be on the CPU).
   static Tensor contiguous_copy(const TensorView& v);
+  // Contiguous copy of a contiguous view on another device (CPU <-> CUDA).
+  static Tensor copy_to(const TensorView& v, DeviceRef device);
 
   const TensorView& view() const { return view_; }
   operator const TensorView&() const { return view_; }

@@ -14,6 +14,7 @@ using segred::py::InArray;
 
 namespace segred::py {
 void bind_extensions(nb::module_& m);  // python/src/extensions.cpp: bindings of the other op families
+void bind_check(nb::module_& m);       // python/src/check_bindings.cpp: the verification matrix
 }
 
 namespace {
@@ -117,4 +118,5 @@ NB_MODULE(_C, m) {
   m.attr("__version__") = segred::version;
 
   segred::py::bind_extensions(m);
+  segred::py::bind_check(m);
 }

@@ -6,4 +6,6 @@
 
 namespace segred::detail {
 std::shared_ptr<void> cuda_allocate(size_t bytes, int device);
+// Synchronous copy between host and device memory (either direction, or device to device).
+void cuda_copy(void* dst, const void* src, size_t bytes);
 }

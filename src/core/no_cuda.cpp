@@ -10,5 +10,8 @@ namespace detail {
 std::shared_ptr<void> cuda_allocate(size_t, int) {
   throw ValueError("device: this segred build has no CUDA backend (configure with SEGRED_ENABLE_CUDA=ON)");
 }
+void cuda_copy(void*, const void*, size_t) {
+  throw ValueError("device: this segred build has no CUDA backend (configure with SEGRED_ENABLE_CUDA=ON)");
+}
 }  // namespace detail
 }  // namespace segred

@@ -64,6 +64,18 @@ Tensor Tensor::empty(const Shape& sizes, DType dtype, DeviceRef device) {
   return t;
 }
 
+Tensor Tensor::copy_to(const TensorView& v, DeviceRef device) {
+  SEGRED_CHECK(v.is_contiguous(), ValueError, "Tensor::copy_to: the source must be contiguous");
+  Tensor t = empty(v.sizes, v.dtype, device);
+  const size_t bytes = size_t(v.numel()) * size_t(dtype_size(v.dtype));
+  if (bytes == 0) return t;
+  if (v.device.type == Device::CPU && device.type == Device::CPU)
+    std::memcpy(t.data(), v.data, bytes);
+  else
+    detail::cuda_copy(t.data(), v.data, bytes);
+  return t;
+}
+
 Tensor Tensor::contiguous_copy(const TensorView& v) {
   SEGRED_CHECK(v.device.type == Device::CPU, ValueError, "Tensor::contiguous_copy: tensor must be on the CPU, got ",
                to_string(v.device));

@@ -31,6 +31,12 @@ std::shared_ptr<void> cuda_allocate(size_t bytes, int device) {
                " failed: ", cudaGetErrorString(e));
   return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 }
+
+void cuda_copy(void* dst, const void* src, size_t bytes) {
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+  SEGRED_CHECK(e == cudaSuccess, DeviceError, "Tensor::to: cudaMemcpy of ", bytes, " bytes failed: ",
+               cudaGetErrorString(e));
+}
 }  // namespace detail
 
 }  // namespace segred

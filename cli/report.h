@@ -1,0 +1,44 @@
+// Rows of a verification run, the coverage table, and their printing as a
+// terminal table, Markdown or JSON; a progress bar for long runs.
+#pragma once
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace segred::cli {
+
+struct Row {
+  std::string name;    // case name
+  std::string op;      // "segment_reduce", "softmax", ...
+  std::string device;  // "cpu" / "cuda"
+  std::string paths;   // comma-separated paths the case reached
+  double err = 0;      // max scaled error
+  std::string verdict; // "ok", "WRONG", "skipped"
+  std::string detail;  // first mismatch, or why skipped
+};
+
+struct CoverageLine {
+  std::string path, backend;
+  std::vector<std::string> cases;
+};
+
+void print_row_header();
+void print_row(const Row& r);
+// Writes the report; .json -> JSON, otherwise Markdown.
+bool write_report(const std::string& file, const std::vector<Row>& rows, const std::vector<CoverageLine>& cov,
+                  const std::string& summary);
+
+// Draws "[#####     ] 12/40 name" on stderr when it is a terminal; no-op otherwise.
+class Progress {
+ public:
+  explicit Progress(size_t total);
+  void step(const std::string& what);
+  ~Progress();
+
+ private:
+  size_t total_, done_ = 0;
+  bool tty_;
+};
+
+}  // namespace segred::cli
