@@ -13,6 +13,7 @@
 
 #include "cli/cases.h"
 #include "cli/report.h"
+#include "cli/softmax_cases.h"
 #include "segred/segred.h"
 
 namespace segred::cli {
@@ -241,6 +242,7 @@ int run_check(const CheckOptions& opt) {
       if (row.verdict != "skipped") row.detail += (row.detail.empty() ? "" : "; ") + std::to_string(int(s)) + " s";
       record(std::move(row));
     }
+    run_softmax_cases(dev, record);  // cli/softmax_cases.cpp: the softmax family's rows
   }
 
   // Coverage: every registered path of the devices checked.

@@ -10,10 +10,16 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _C
+from . import _frameworks as _fw
+from ._softmax import log_softmax, log_softmax_backward, softmax, softmax_backward  # noqa: E402
 
 __all__ = [
     "segment_reduce",
     "segment_reduce_backward",
+    "softmax",
+    "log_softmax",
+    "softmax_backward",
+    "log_softmax_backward",
     "trace",
     "paths",
     "built_with_cuda",
@@ -52,30 +58,33 @@ def _initial(initial):
     return float(initial)
 
 
-def segment_reduce(data, reduce, *, lengths=None, offsets=None, axis=0, unsafe=False, initial=None):
+def segment_reduce(data, reduce, *, lengths=None, offsets=None, axis=0, unsafe=False, initial=None, stream=None):
     """Reduce contiguous segments of ``data`` along ``axis``.
 
     reduce: "sum", "mean", "max", "min", "prod" (and the aliases "amax", "amin").
     Exactly one of ``lengths`` (S per row) or ``offsets`` (S + 1 per row); with
     ``axis > 0`` the metadata is batched: its shape[:-1] equals data.shape[:axis].
-    Returns data's dtype, shape with ``axis`` replaced by S, contiguous.
+    Returns data's dtype, shape with ``axis`` replaced by S, contiguous, as an
+    array of the caller's framework (NumPy, PyTorch, CuPy, JAX) on its device.
     ``unsafe=True`` skips metadata validation (segments are still clamped, so no
     input can cause an out-of-bounds access). ``initial`` replaces the start value
-    and takes part in every segment.
+    and takes part in every segment. CUDA work runs on the caller's current stream
+    (torch's or CuPy's) or on ``stream``. PyTorch tensors go through the
+    ``segred.torch`` operator, so autograd works on them.
     """
-    return _C.segment_reduce(
-        _array(data, "data"),
-        reduce,
-        _array(lengths, "lengths", optional=True),
-        _array(offsets, "offsets", optional=True),
-        _axis(axis),
-        bool(unsafe),
-        _initial(initial),
-    )
+    fw, dev = _fw.common([("data", data), ("lengths", lengths), ("offsets", offsets)])
+    if fw == "torch" and stream is None:
+        from . import torch as _st
+
+        return _st.segment_reduce(data, reduce, lengths=lengths, offsets=offsets, axis=_axis(axis),
+                                  unsafe=bool(unsafe), initial=_initial(initial))
+    _array(data, "data")
+    return _fw.wrap(_C.segment_reduce(data, reduce, lengths, offsets, _axis(axis), bool(unsafe), _initial(initial),
+                                      _fw.current_stream(fw, dev, stream)), fw, dev)
 
 
 def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None,
-                            tie="split", unsafe=False):
+                            tie="split", unsafe=False, stream=None):
     """Gradient of segment_reduce with respect to ``data``.
 
     ``grad`` and ``output`` have the forward output's shape. For max/min, the
@@ -88,18 +97,12 @@ def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets
         raise TypeError(f"tie: expected 'split', 'first' or 'last', got {type(tie).__name__}")
     if not isinstance(reduce, str):
         raise TypeError(f"reduce: expected a string, got {type(reduce).__name__}")
-    return _C.segment_reduce_backward(
-        _array(grad, "grad"),
-        _array(output, "output"),
-        _array(data, "data"),
-        reduce,
-        _array(lengths, "lengths", optional=True),
-        _array(offsets, "offsets", optional=True),
-        _axis(axis),
-        _initial(initial),
-        tie,
-        bool(unsafe),
-    )
+    fw, dev = _fw.common([("grad", grad), ("output", output), ("data", data), ("lengths", lengths),
+                          ("offsets", offsets)])
+    _array(data, "data")
+    return _fw.wrap(_C.segment_reduce_backward(grad, output, data, reduce, lengths, offsets, _axis(axis),
+                                               _initial(initial), tie, bool(unsafe),
+                                               _fw.current_stream(fw, dev, stream)), fw, dev)
 
 
 class trace:

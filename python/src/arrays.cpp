@@ -50,6 +50,18 @@ nb::dlpack::dtype dl_dtype(DType t) {
 TensorView view_of(const InArray& a, const char* arg) { return make_view(a, arg); }
 TensorView view_of(const OutArray& a, const char* arg) { return make_view(a, arg); }
 
+nb::object to_array(Tensor t) {
+  auto* owner = new Tensor(std::move(t));
+  nb::capsule keep(owner, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  const auto& v = owner->view();
+  std::vector<size_t> shape(v.sizes.begin(), v.sizes.end());
+  std::vector<int64_t> strides(v.strides.begin(), v.strides.end());
+  const bool cuda = v.device.type == Device::CUDA;
+  nb::ndarray<> arr(v.data, shape.size(), shape.data(), keep, strides.data(), dl_dtype(v.dtype),
+                    cuda ? nb::device::cuda::value : nb::device::cpu::value, cuda ? v.device.index : 0);
+  return nb::cast(arr, nb::rv_policy::reference);
+}
+
 nb::object to_numpy(Tensor t) {
   SEGRED_CHECK(t.view().device.type == Device::CPU, ValueError, "result: only CPU results can become NumPy arrays");
   auto* owner = new Tensor(std::move(t));

@@ -16,7 +16,10 @@ using OutArray = nb::ndarray<>;
 TensorView view_of(const InArray& a, const char* arg);
 TensorView view_of(const OutArray& a, const char* arg);
 
-// Hands an owning segred::Tensor to Python as a NumPy array (no copy).
+// Hands an owning segred::Tensor to Python without a copy, as a DLPack-capable
+// array on the tensor's device; python/segred wraps it into the caller's framework.
+nb::object to_array(Tensor t);
+// The same for CPU tensors, as a NumPy array.
 nb::object to_numpy(Tensor t);
 
 }  // namespace segred::py

@@ -2,5 +2,7 @@
 #include <nanobind/nanobind.h>
 
 namespace segred::py {
-void bind_extensions(nanobind::module_& m) { (void)m; }
+void bind_softmax(nanobind::module_& m);  // python/src/softmax_bindings.cpp
+
+void bind_extensions(nanobind::module_& m) { bind_softmax(m); }
 }  // namespace segred::py

@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "python/src/arrays.h"
+#include "segred/stream.h"
 
 namespace nb = nanobind;
 using namespace segred;
@@ -47,28 +48,47 @@ NB_MODULE(_C, m) {
     }
   });
 
+  // Each op: `name(...) -> array` allocates its result (a DLPack-capable array on
+  // the input's device, wrapped into the caller's framework by python/segred), and
+  // `name_out(..., out)` writes into a caller-allocated array (torch's allocator).
+  // `stream` is the cudaStream_t to run on (0: the default stream).
   m.def(
       "segment_reduce",
       [](InArray data, std::string_view reduce, std::optional<InArray> lengths, std::optional<InArray> offsets,
-         int64_t axis, bool unsafe, std::optional<double> initial) {
+         int64_t axis, bool unsafe, std::optional<double> initial, uintptr_t stream) {
         const Reduce r = parse_reduce(reduce);
         const TensorView x = py::view_of(data, "data");
         Segments seg = make_segments(lengths, offsets, axis, unsafe, initial);
         Tensor out;
         {
           nb::gil_scoped_release release;
+          StreamGuard guard(reinterpret_cast<void*>(stream));
           out = segred::segment_reduce(x, r, seg);
         }
-        return py::to_numpy(std::move(out));
+        return py::to_array(std::move(out));
       },
       nb::arg("data"), nb::arg("reduce"), nb::arg("lengths").none(), nb::arg("offsets").none(), nb::arg("axis"),
-      nb::arg("unsafe"), nb::arg("initial").none());
+      nb::arg("unsafe"), nb::arg("initial").none(), nb::arg("stream") = 0);
+
+  m.def(
+      "segment_reduce_out",
+      [](InArray data, std::string_view reduce, std::optional<InArray> lengths, std::optional<InArray> offsets,
+         int64_t axis, bool unsafe, std::optional<double> initial, py::OutArray out, uintptr_t stream) {
+        const Reduce r = parse_reduce(reduce);
+        const TensorView x = py::view_of(data, "data"), o = py::view_of(out, "out");
+        Segments seg = make_segments(lengths, offsets, axis, unsafe, initial);
+        nb::gil_scoped_release release;
+        StreamGuard guard(reinterpret_cast<void*>(stream));
+        segred::segment_reduce_out(x, r, seg, o);
+      },
+      nb::arg("data"), nb::arg("reduce"), nb::arg("lengths").none(), nb::arg("offsets").none(), nb::arg("axis"),
+      nb::arg("unsafe"), nb::arg("initial").none(), nb::arg("out"), nb::arg("stream") = 0);
 
   m.def(
       "segment_reduce_backward",
       [](InArray grad, InArray output, InArray data, std::string_view reduce, std::optional<InArray> lengths,
          std::optional<InArray> offsets, int64_t axis, std::optional<double> initial, std::string_view tie,
-         bool unsafe) {
+         bool unsafe, uintptr_t stream) {
         const Reduce r = parse_reduce(reduce);
         const Tie t = parse_tie(tie);
         const TensorView g = py::view_of(grad, "grad"), y = py::view_of(output, "output"),
@@ -77,12 +97,32 @@ NB_MODULE(_C, m) {
         Tensor gi;
         {
           nb::gil_scoped_release release;
+          StreamGuard guard(reinterpret_cast<void*>(stream));
           gi = segred::segment_reduce_backward(g, y, x, r, seg, t);
         }
-        return py::to_numpy(std::move(gi));
+        return py::to_array(std::move(gi));
       },
       nb::arg("grad"), nb::arg("output"), nb::arg("data"), nb::arg("reduce"), nb::arg("lengths").none(),
-      nb::arg("offsets").none(), nb::arg("axis"), nb::arg("initial").none(), nb::arg("tie"), nb::arg("unsafe"));
+      nb::arg("offsets").none(), nb::arg("axis"), nb::arg("initial").none(), nb::arg("tie"), nb::arg("unsafe"),
+      nb::arg("stream") = 0);
+
+  m.def(
+      "segment_reduce_backward_out",
+      [](InArray grad, InArray output, InArray data, std::string_view reduce, std::optional<InArray> lengths,
+         std::optional<InArray> offsets, int64_t axis, std::optional<double> initial, std::string_view tie,
+         bool unsafe, py::OutArray grad_input, uintptr_t stream) {
+        const Reduce r = parse_reduce(reduce);
+        const Tie t = parse_tie(tie);
+        const TensorView g = py::view_of(grad, "grad"), y = py::view_of(output, "output"),
+                         x = py::view_of(data, "data"), gi = py::view_of(grad_input, "grad_input");
+        Segments seg = make_segments(lengths, offsets, axis, unsafe, initial);
+        nb::gil_scoped_release release;
+        StreamGuard guard(reinterpret_cast<void*>(stream));
+        segred::segment_reduce_backward_out(g, y, x, r, seg, t, gi);
+      },
+      nb::arg("grad"), nb::arg("output"), nb::arg("data"), nb::arg("reduce"), nb::arg("lengths").none(),
+      nb::arg("offsets").none(), nb::arg("axis"), nb::arg("initial").none(), nb::arg("tie"), nb::arg("unsafe"),
+      nb::arg("grad_input"), nb::arg("stream") = 0);
 
   // Trace and registry.
   nb::class_<TraceRecord>(m, "TraceRecord")
@@ -113,6 +153,8 @@ NB_MODULE(_C, m) {
       .def("__repr__", [](const PathInfo& p) { return "PathInfo(name='" + std::string(p.name) + "')"; });
 
   m.def("paths", [] { return segred::paths(); }, nb::rv_policy::copy);
+  // The address segred reads an array at: tests use it to prove inputs are not copied.
+  m.def("data_ptr", [](InArray a) { return reinterpret_cast<uintptr_t>(a.data()); }, nb::arg("array"));
   m.def("built_with_cuda", &segred::built_with_cuda);
   m.def("cuda_device_count", &segred::cuda_device_count);
   m.attr("__version__") = segred::version;

@@ -20,6 +20,63 @@ const std::vector<PathInfo> kPaths = {
     {"segment_reduce.fwd.cpu.features.i64", "segment_reduce", D::Fwd, B::CPU, 64},
     {"segment_reduce.bwd.cpu.flat.i64", "segment_reduce", D::Bwd, B::CPU, 64},
     {"segment_reduce.bwd.cpu.features.i64", "segment_reduce", D::Bwd, B::CPU, 64},
+    // softmax family, CPU: "lastdim" = inner == 1 (rows contiguous); "spatial" =
+    // inner > 1 (reduced values `inner` apart, loops along inner). log_softmax
+    // shares the kernels (another epilogue) but has its own names, so a trace
+    // says which op ran and coverage proves both epilogues on both paths.
+    {"softmax.fwd.cpu.lastdim.i64", "softmax", D::Fwd, B::CPU, 64},
+    {"softmax.fwd.cpu.spatial.i64", "softmax", D::Fwd, B::CPU, 64},
+    {"softmax.bwd.cpu.lastdim.i64", "softmax", D::Bwd, B::CPU, 64},
+    {"softmax.bwd.cpu.spatial.i64", "softmax", D::Bwd, B::CPU, 64},
+    {"log_softmax.fwd.cpu.lastdim.i64", "log_softmax", D::Fwd, B::CPU, 64},
+    {"log_softmax.fwd.cpu.spatial.i64", "log_softmax", D::Fwd, B::CPU, 64},
+    {"log_softmax.bwd.cpu.lastdim.i64", "log_softmax", D::Bwd, B::CPU, 64},
+    {"log_softmax.bwd.cpu.spatial.i64", "log_softmax", D::Bwd, B::CPU, 64},
+#ifdef SEGRED_WITH_CUDA
+    // segment_reduce, CUDA (src/core/segment_geometry.h): merge-path tiles over
+    // segment ends + positions; "flat" = inner == 1 (warp tiles staged in shared
+    // memory), "features" = inner > 1 (lane groups, vectorised row loads);
+    // i32 when every index the kernel forms is < 2^31. prod backward runs one
+    // warp per segment (prefix and suffix products), 64-bit only.
+    {"segment_reduce.fwd.cuda.flat.i32", "segment_reduce", D::Fwd, B::CUDA, 32},
+    {"segment_reduce.fwd.cuda.flat.i64", "segment_reduce", D::Fwd, B::CUDA, 64},
+    {"segment_reduce.fwd.cuda.features.i32", "segment_reduce", D::Fwd, B::CUDA, 32},
+    {"segment_reduce.fwd.cuda.features.i64", "segment_reduce", D::Fwd, B::CUDA, 64},
+    {"segment_reduce.bwd.cuda.flat.i32", "segment_reduce", D::Bwd, B::CUDA, 32},
+    {"segment_reduce.bwd.cuda.flat.i64", "segment_reduce", D::Bwd, B::CUDA, 64},
+    {"segment_reduce.bwd.cuda.features.i32", "segment_reduce", D::Bwd, B::CUDA, 32},
+    {"segment_reduce.bwd.cuda.features.i64", "segment_reduce", D::Bwd, B::CUDA, 64},
+    {"segment_reduce.bwd.cuda.prod_warp.i64", "segment_reduce", D::Bwd, B::CUDA, 64},
+    // softmax family, CUDA (src/core/softmax_geometry.h): "lastdim_warp" = inner
+    // == 1, short rows (a lane group per row, row in registers); "lastdim_block" =
+    // inner == 1, longer rows (a block or a thread-block cluster per row);
+    // "spatial" = inner > 1 ([D x column tile] per block or cluster). i32 when
+    // 2*numel + 2^20 < 2^31.
+    {"softmax.fwd.cuda.lastdim_warp.i32", "softmax", D::Fwd, B::CUDA, 32},
+    {"softmax.fwd.cuda.lastdim_warp.i64", "softmax", D::Fwd, B::CUDA, 64},
+    {"softmax.fwd.cuda.lastdim_block.i32", "softmax", D::Fwd, B::CUDA, 32},
+    {"softmax.fwd.cuda.lastdim_block.i64", "softmax", D::Fwd, B::CUDA, 64},
+    {"softmax.fwd.cuda.spatial.i32", "softmax", D::Fwd, B::CUDA, 32},
+    {"softmax.fwd.cuda.spatial.i64", "softmax", D::Fwd, B::CUDA, 64},
+    {"softmax.bwd.cuda.lastdim_warp.i32", "softmax", D::Bwd, B::CUDA, 32},
+    {"softmax.bwd.cuda.lastdim_warp.i64", "softmax", D::Bwd, B::CUDA, 64},
+    {"softmax.bwd.cuda.lastdim_block.i32", "softmax", D::Bwd, B::CUDA, 32},
+    {"softmax.bwd.cuda.lastdim_block.i64", "softmax", D::Bwd, B::CUDA, 64},
+    {"softmax.bwd.cuda.spatial.i32", "softmax", D::Bwd, B::CUDA, 32},
+    {"softmax.bwd.cuda.spatial.i64", "softmax", D::Bwd, B::CUDA, 64},
+    {"log_softmax.fwd.cuda.lastdim_warp.i32", "log_softmax", D::Fwd, B::CUDA, 32},
+    {"log_softmax.fwd.cuda.lastdim_warp.i64", "log_softmax", D::Fwd, B::CUDA, 64},
+    {"log_softmax.fwd.cuda.lastdim_block.i32", "log_softmax", D::Fwd, B::CUDA, 32},
+    {"log_softmax.fwd.cuda.lastdim_block.i64", "log_softmax", D::Fwd, B::CUDA, 64},
+    {"log_softmax.fwd.cuda.spatial.i32", "log_softmax", D::Fwd, B::CUDA, 32},
+    {"log_softmax.fwd.cuda.spatial.i64", "log_softmax", D::Fwd, B::CUDA, 64},
+    {"log_softmax.bwd.cuda.lastdim_warp.i32", "log_softmax", D::Bwd, B::CUDA, 32},
+    {"log_softmax.bwd.cuda.lastdim_warp.i64", "log_softmax", D::Bwd, B::CUDA, 64},
+    {"log_softmax.bwd.cuda.lastdim_block.i32", "log_softmax", D::Bwd, B::CUDA, 32},
+    {"log_softmax.bwd.cuda.lastdim_block.i64", "log_softmax", D::Bwd, B::CUDA, 64},
+    {"log_softmax.bwd.cuda.spatial.i32", "log_softmax", D::Bwd, B::CUDA, 32},
+    {"log_softmax.bwd.cuda.spatial.i64", "log_softmax", D::Bwd, B::CUDA, 64},
+#endif
 };
 }  // namespace
 

@@ -4,7 +4,9 @@
 
 #include "segred/error.h"
 #include "segred/segment_reduce.h"
+#include "src/core/segment_geometry.h"
 #include "src/core/segments.h"
+#include "src/cuda/kernels.h"
 #include "src/cpu/kernels.h"
 
 namespace segred {
@@ -43,11 +45,23 @@ std::string_view to_string(Tie t) { return t == Tie::Split ? "split" : t == Tie:
 // chunk = rows per piece of a long segment (segment_work.h): 2^16 scalars for the
 // flat path, so a piece (256 KiB of float32) stays in L2 between the two passes
 // of the backward; with features, 2^16 elements but at least 64 rows.
+//
+// CUDA plan: segment_geometry (src/core/segment_geometry.h) is the work split;
+// the path is flat (inner == 1) or features, i32 when every index the kernels
+// form stays below 2^31, and prod backward has its own 64-bit path. chunk = merge
+// items per worker (a warp tile for flat, a feature group otherwise).
 Plan plan_segment_reduce(const SegmentProblem& p) {
-  SEGRED_CHECK(p.backend == Backend::CPU, ValueError,
-               "segment_reduce: no CUDA path for segment_reduce in this build yet (data must be on the CPU)");
   Plan plan;
   const bool flat = p.inner == 1;
+  if (p.backend == Backend::CUDA) {
+    const detail::SegmentGeometry g = detail::segment_geometry(p);
+    plan.path = detail::segment_path(p.direction, g);
+    plan.index_bits = g.index_bits;
+    plan.grid = {g.grid, 1, 1};
+    plan.block = {g.block, 1, 1};
+    plan.chunk = g.items;
+    return plan;
+  }
   if (p.direction == Direction::Fwd)
     plan.path = flat ? "segment_reduce.fwd.cpu.flat.i64" : "segment_reduce.fwd.cpu.features.i64";
   else
@@ -88,11 +102,15 @@ void check_out(const char* op, const char* name, const TensorView& t, const Shap
 
 bool overlaps(const TensorView& a, const TensorView& b) {
   if (a.numel() == 0 || b.numel() == 0) return false;
+  // Byte range [lo, hi) an array can touch, negative strides included.
   auto span = [](const TensorView& t) {
-    int64_t hi = 0;
-    for (size_t d = 0; d < t.sizes.size(); ++d) hi += (t.sizes[d] - 1) * std::max<int64_t>(t.strides[d], 0);
+    int64_t lo = 0, hi = 0;
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+      const int64_t reach = (t.sizes[d] - 1) * t.strides[d];
+      (reach < 0 ? lo : hi) += reach;
+    }
     const char* p = static_cast<const char*>(t.data);
-    return std::pair<const char*, const char*>(p, p + (hi + 1) * dtype_size(t.dtype));
+    return std::pair<const char*, const char*>(p + lo * dtype_size(t.dtype), p + (hi + 1) * dtype_size(t.dtype));
   };
   auto [a0, a1] = span(a);
   auto [b0, b1] = span(b);
@@ -112,18 +130,33 @@ Shape segment_reduce_output_shape(const TensorView& data, const Segments& seg) {
   return s;
 }
 
-void segment_reduce_out(const TensorView& data, Reduce reduce, const Segments& seg, const TensorView& out) {
+void detail::segment_reduce_out_stream(const TensorView& data, Reduce reduce, const Segments& seg,
+                                       const TensorView& out, void* stream) {
   const char* op = "segment_reduce";
-  const auto lay = detail::resolve_segments(op, data, seg);
+  const bool cuda = backend_of(data) == Backend::CUDA;
+  const auto lay = cuda ? detail::resolve_layout(op, data, seg) : detail::resolve_segments(op, data, seg);
   Shape shape = data.sizes;
   shape[size_t(lay.axis)] = lay.S;
   check_out(op, "out", out, shape, data.dtype, data.device);
   SEGRED_CHECK(out.is_contiguous(), ValueError, op, ": out must be contiguous");
   SEGRED_CHECK(!overlaps(out, data), ValueError, op, ": out must not overlap data");
   const Plan plan = plan_segment_reduce(problem(lay, data, reduce, Direction::Fwd));
+  if (cuda) {
+#ifdef SEGRED_WITH_CUDA
+    cuda::segment_reduce_fwd(plan, lay, seg, data, reduce, out, stream);
+    return;
+#else
+    (void)stream;
+    throw ValueError("segment_reduce: data is on CUDA but this segred build has no CUDA backend");
+#endif
+  }
   if (out.numel() == 0) return;  // nothing to write: no kernel runs
   Contig x(data);
   cpu::segment_reduce_fwd(plan, lay, x.view, reduce, seg.initial, out);
+}
+
+void segment_reduce_out(const TensorView& data, Reduce reduce, const Segments& seg, const TensorView& out) {
+  detail::segment_reduce_out_stream(data, reduce, seg, out, nullptr);
 }
 
 Tensor segment_reduce(const TensorView& data, Reduce reduce, const Segments& seg) {
@@ -132,10 +165,12 @@ Tensor segment_reduce(const TensorView& data, Reduce reduce, const Segments& seg
   return out;
 }
 
-void segment_reduce_backward_out(const TensorView& grad, const TensorView& output, const TensorView& data,
-                                 Reduce reduce, const Segments& seg, Tie tie, const TensorView& grad_input) {
+void detail::segment_reduce_backward_out_stream(const TensorView& grad, const TensorView& output,
+                                                const TensorView& data, Reduce reduce, const Segments& seg, Tie tie,
+                                                const TensorView& grad_input, void* stream) {
   const char* op = "segment_reduce_backward";
-  const auto lay = detail::resolve_segments(op, data, seg);
+  const bool cuda = backend_of(data) == Backend::CUDA;
+  const auto lay = cuda ? detail::resolve_layout(op, data, seg) : detail::resolve_segments(op, data, seg);
   Shape shape = data.sizes;
   shape[size_t(lay.axis)] = lay.S;
   check_out(op, "grad", grad, shape, data.dtype, data.device);
@@ -145,9 +180,23 @@ void segment_reduce_backward_out(const TensorView& grad, const TensorView& outpu
   for (const TensorView* in : {&grad, &output, &data})
     SEGRED_CHECK(!overlaps(grad_input, *in), ValueError, op, ": grad_input must not overlap grad, output or data");
   const Plan plan = plan_segment_reduce(problem(lay, data, reduce, Direction::Bwd));
+  if (cuda) {
+#ifdef SEGRED_WITH_CUDA
+    cuda::segment_reduce_bwd(plan, lay, seg, grad, output, data, reduce, tie, grad_input, stream);
+    return;
+#else
+    (void)stream;
+    throw ValueError("segment_reduce_backward: data is on CUDA but this segred build has no CUDA backend");
+#endif
+  }
   if (grad_input.numel() == 0) return;
   Contig g(grad), y(output), x(data);
   cpu::segment_reduce_bwd(plan, lay, g.view, y.view, x.view, reduce, seg.initial, tie, grad_input);
+}
+
+void segment_reduce_backward_out(const TensorView& grad, const TensorView& output, const TensorView& data,
+                                 Reduce reduce, const Segments& seg, Tie tie, const TensorView& grad_input) {
+  detail::segment_reduce_backward_out_stream(grad, output, data, reduce, seg, tie, grad_input, nullptr);
 }
 
 Tensor segment_reduce_backward(const TensorView& grad, const TensorView& output, const TensorView& data,

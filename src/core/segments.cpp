@@ -17,13 +17,14 @@ int64_t wrap_axis(const char* op, const char* argname, int64_t axis, int64_t ndi
 void check_initial(const char* op, double initial, DType dtype) {
   if (!std::isfinite(initial)) return;  // +-inf and NaN exist in every float dtype
   double rounded = initial;
-  switch (dtype) {
+  // Beyond float's range the conversion to float is undefined behaviour: decide first.
+  if (dtype != DType::Float64 && std::fabs(initial) > double(std::numeric_limits<float>::max())) rounded = INFINITY;
+  else switch (dtype) {
     case DType::Float32: rounded = double(float(initial)); break;
     case DType::Float16: rounded = double(to_float(to_half(float(initial)))); break;
     case DType::BFloat16: rounded = double(to_float(to_bfloat16(float(initial)))); break;
     default: break;
   }
-  if (dtype == DType::Float32 && std::fabs(initial) > double(std::numeric_limits<float>::max())) rounded = INFINITY;
   SEGRED_CHECK(std::isfinite(rounded), ValueError, op, ": initial=", initial, " is not representable in ",
                dtype_name(dtype), " (it would become infinite)");
 }
@@ -51,7 +52,7 @@ std::vector<int64_t> read_meta(const TensorView& m, int64_t rows, int64_t k) {
 }
 }  // namespace
 
-SegmentLayout resolve_segments(const char* op, const TensorView& data, const Segments& seg) {
+SegmentLayout resolve_layout(const char* op, const TensorView& data, const Segments& seg) {
   SegmentLayout lay;
   SEGRED_CHECK(is_floating(data.dtype), TypeError, op, ": data has dtype ", dtype_name(data.dtype),
                "; expected float32, float64, float16 or bfloat16");
@@ -81,9 +82,20 @@ SegmentLayout resolve_segments(const char* op, const TensorView& data, const Seg
   for (int64_t d = 0; d < lay.axis; ++d) lay.outer *= data.sizes[size_t(d)];
   for (int64_t d = lay.axis + 1; d < data.ndim(); ++d) lay.inner *= data.sizes[size_t(d)];
   if (seg.initial) check_initial(op, *seg.initial, data.dtype);
+  return lay;
+}
 
-  SEGRED_CHECK(m.device.type == Device::CPU, ValueError, op, ": ", mname,
+SegmentLayout resolve_segments(const char* op, const TensorView& data, const Segments& seg) {
+  SegmentLayout lay = resolve_layout(op, data, seg);
+  const TensorView& m = seg.lengths ? *seg.lengths : *seg.offsets;
+  SEGRED_CHECK(m.device.type == Device::CPU, ValueError, op, ": ", seg.lengths ? "lengths" : "offsets",
                " on CUDA is not supported by this backend yet");
+  normalise_offsets(op, lay, m, seg.lengths.has_value(), seg.unsafe);
+  return lay;
+}
+
+void normalise_offsets(const char* op, SegmentLayout& lay, const TensorView& m, bool use_lengths, bool unsafe) {
+  const int64_t k = m.sizes.back();
   const std::vector<int64_t> raw = read_meta(m, lay.outer, k);
   const int64_t L = lay.L, S = lay.S;
   lay.offsets.resize(size_t(lay.outer * (S + 1)));
@@ -92,13 +104,14 @@ SegmentLayout resolve_segments(const char* op, const TensorView& data, const Seg
     int64_t* o = lay.offsets.data() + r * (S + 1);
     if (use_lengths) {
       int64_t sum = 0;
-      if (!seg.unsafe) {
+      if (!unsafe) {
         for (int64_t i = 0; i < S; ++i) {
           SEGRED_CHECK(in[i] >= 0, ValueError, op, ": lengths[row ", r, "][", i, "] = ", in[i], " must be >= 0");
+          // Checked before adding (0 <= sum <= L here), so that a huge length
+          // cannot overflow the sum (signed overflow is undefined behaviour).
+          SEGRED_CHECK(in[i] <= L - sum, ValueError, op, ": lengths[row ", r, "] must sum to data.shape[axis] = ", L,
+                       ", but its first ", i + 1, " entries already sum to more (", sum, " + ", in[i], ")");
           sum += in[i];
-          // Checked per step so that a huge length cannot overflow the sum.
-          SEGRED_CHECK(sum <= L, ValueError, op, ": lengths[row ", r, "] must sum to data.shape[axis] = ", L,
-                       ", but its first ", i + 1, " entries already sum to ", sum);
         }
         SEGRED_CHECK(sum == L, ValueError, op, ": lengths[row ", r, "] must sum to data.shape[axis] = ", L,
                      ", got ", sum);
@@ -107,7 +120,7 @@ SegmentLayout resolve_segments(const char* op, const TensorView& data, const Seg
       o[0] = 0;
       for (int64_t i = 0; i < S; ++i) o[i + 1] = std::min(L, o[i] + std::clamp<int64_t>(in[i], 0, L));
     } else {
-      if (!seg.unsafe) {
+      if (!unsafe) {
         SEGRED_CHECK(in[0] >= 0, ValueError, op, ": offsets[row ", r, "][0] = ", in[0], " must be >= 0");
         for (int64_t i = 0; i < S; ++i)
           SEGRED_CHECK(in[i + 1] >= in[i], ValueError, op, ": offsets[row ", r, "] must be non-decreasing, but offsets[",
@@ -119,7 +132,6 @@ SegmentLayout resolve_segments(const char* op, const TensorView& data, const Seg
       for (int64_t i = 0; i < S; ++i) o[i + 1] = std::clamp<int64_t>(in[i + 1], o[i], L);
     }
   }
-  return lay;
 }
 
 }  // namespace segred::detail

@@ -1,0 +1,229 @@
+// CUDA benchmark of segment_reduce (shared/PERFORMANCE.md): segred forward and
+// backward, CUB DeviceSegmentedReduce (1-D sum/max), and a device-to-device copy
+// (the floor) measured in the same process. Prints one RESULT line per
+// measurement for bench/cuda_bench.py, which adds torch.segment_reduce on the
+// same lengths (written to --dir) and prints the table.
+//
+// Method: CUDA events around each call, 3 warm-up calls, median of --reps;
+// inputs rotated among copies so that each call's data is >= 240 MB (4x the L2);
+// data never zeros. segred is called with unsafe = true and device offsets, the
+// no-synchronisation mode a training loop uses.
+//
+// Build (tools/gpu-check): nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr
+//   -Xcompiler -fopenmp -I include -I . bench/cuda_bench.cu build/libsegred.a
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <cub/device/device_segmented_reduce.cuh>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "segred/segred.h"
+
+using namespace segred;
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+namespace {
+
+int g_reps = 20;
+
+double median_ms(const std::function<void(int)>& f, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f(i);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f(i);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return double(t[t.size() / 2]);
+}
+
+__global__ void fill(float* x, int64_t n, uint32_t salt) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ salt;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = float(h % 4096u) / 1024.0f - 2.0f + 0.0001f;  // [-2, 2), never all zero
+  }
+}
+__global__ void to_bf16(const float* x, __nv_bfloat16* y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __float2bfloat16(x[i]);
+}
+
+struct Case {
+  std::string name;
+  int64_t inner;
+  std::vector<int64_t> lengths;
+  int64_t rows() const {
+    int64_t r = 0;
+    for (auto v : lengths) r += v;
+    return r;
+  }
+};
+
+std::vector<int64_t> exp_lengths(int64_t count, double mean, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> d(1.0 / mean);
+  std::vector<int64_t> v(size_t(count));
+  for (auto& x : v) x = int64_t(d(rng));
+  return v;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  c.push_back({"1d_2Mx32", 1, std::vector<int64_t>(size_t(1) << 21, 32)});
+  c.push_back({"1d_64x1M", 1, std::vector<int64_t>(64, int64_t(1) << 20)});
+  c.push_back({"1d_200k_exp40", 1, exp_lengths(200000, 40, 1)});
+  c.push_back({"2d_64kx16_f128", 128, std::vector<int64_t>(65536, 16)});
+  c.push_back({"2d_exp40_f128", 128, exp_lengths(26214, 40, 2)});
+  {
+    std::vector<int64_t> v(size_t(1) << 20, 1);
+    v.insert(v.begin() + (1 << 19), int64_t(1) << 26);
+    c.push_back({"1d_one2^26_1Mx1", 1, v});
+  }
+  c.push_back({"2d_x16_f4", 4, std::vector<int64_t>(size_t(1) << 18, 16)});
+  c.push_back({"2d_x16_f16", 16, std::vector<int64_t>(size_t(1) << 17, 16)});
+  c.push_back({"2d_x16_f64", 64, std::vector<int64_t>(size_t(1) << 16, 16)});
+  return c;
+}
+
+struct Buf {
+  void* p = nullptr;
+  explicit Buf(size_t bytes) { CK(cudaMalloc(&p, bytes ? bytes : 1)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+};
+
+void run_case(const Case& c, DType dt, const char* dir_out) {
+  const int64_t rows = c.rows(), inner = c.inner, S = int64_t(c.lengths.size());
+  const int64_t n = rows * inner, nout = S * inner;
+  const int es = dtype_size(dt);
+  // Lengths for the torch side.
+  if (dir_out) {
+    const std::string path = std::string(dir_out) + "/" + c.name + ".i64";
+    if (FILE* f = std::fopen(path.c_str(), "wb")) {
+      std::fwrite(c.lengths.data(), 8, c.lengths.size(), f);
+      std::fclose(f);
+    }
+  }
+  std::vector<int64_t> offs(size_t(S + 1), 0);
+  for (int64_t s = 0; s < S; ++s) offs[size_t(s + 1)] = offs[size_t(s)] + c.lengths[size_t(s)];
+  Buf d_offs(offs.size() * 8);
+  CK(cudaMemcpy(d_offs.p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+  const size_t bytes_in = size_t(n) * es;
+  const int nbuf = int(std::clamp<int64_t>((int64_t(240) << 20) / int64_t(std::max<size_t>(bytes_in, 1)) + 1, 1, 6));
+  std::vector<std::unique_ptr<Buf>> x, gi, out, grad;
+  Buf tmpf(size_t(n) * 4);
+  for (int b = 0; b < nbuf; ++b) {
+    x.push_back(std::make_unique<Buf>(bytes_in));
+    gi.push_back(std::make_unique<Buf>(bytes_in));
+    out.push_back(std::make_unique<Buf>(size_t(nout) * es));
+    grad.push_back(std::make_unique<Buf>(size_t(nout) * es));
+    fill<<<1024, 256>>>(static_cast<float*>(tmpf.p), n, 77u + b);
+    if (dt == DType::Float32)
+      CK(cudaMemcpy(x.back()->p, tmpf.p, bytes_in, cudaMemcpyDeviceToDevice));
+    else
+      to_bf16<<<1024, 256>>>(static_cast<float*>(tmpf.p), static_cast<__nv_bfloat16*>(x.back()->p), n);
+    fill<<<1024, 256>>>(static_cast<float*>(tmpf.p), nout, 991u + b);
+    if (dt == DType::Float32)
+      CK(cudaMemcpy(grad.back()->p, tmpf.p, size_t(nout) * 4, cudaMemcpyDeviceToDevice));
+    else
+      to_bf16<<<1024, 256>>>(static_cast<float*>(tmpf.p), static_cast<__nv_bfloat16*>(grad.back()->p), nout);
+  }
+  CK(cudaDeviceSynchronize());
+  const DeviceRef gpu{Device::CUDA, 0};
+  const Shape xs = inner == 1 ? Shape{rows} : Shape{rows, inner};
+  const Shape os = inner == 1 ? Shape{S} : Shape{S, inner};
+  const TensorView offv(d_offs.p, DType::Int64, {S + 1}, {}, gpu);
+  Segments seg;
+  seg.offsets = offv;
+  seg.unsafe = true;
+  const double meta = double(S + 1) * 8;
+  for (const char* rname : {"sum", "max"}) {
+    const Reduce red = parse_reduce(rname);
+    auto X = [&](int i) { return TensorView(x[size_t(i % nbuf)]->p, dt, xs, {}, gpu); };
+    auto O = [&](int i) { return TensorView(out[size_t(i % nbuf)]->p, dt, os, {}, gpu); };
+    auto G = [&](int i) { return TensorView(grad[size_t(i % nbuf)]->p, dt, os, {}, gpu); };
+    auto GI = [&](int i) { return TensorView(gi[size_t(i % nbuf)]->p, dt, xs, {}, gpu); };
+    const double tf = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
+    const double bf = double(n + nout) * es + meta;
+    for (int b = 0; b < nbuf; ++b) segment_reduce_out(X(b), red, seg, O(b));
+    const double tb = median_ms(
+        [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); }, g_reps);
+    const double bb = red == Reduce::Sum ? double(nout + n) * es + meta : double(2 * nout + 2 * n) * es + meta;
+    // CUB DeviceSegmentedReduce (1-D float32 only: its Sum/Max over float).
+    double tc = -1;
+    if (inner == 1 && dt == DType::Float32) {
+      size_t temp = 0;
+      const int64_t* o = static_cast<const int64_t*>(d_offs.p);
+      auto call = [&](void* tp, size_t& tb_, int i) {
+        const float* in = static_cast<const float*>(x[size_t(i % nbuf)]->p);
+        float* op = static_cast<float*>(out[size_t(i % nbuf)]->p);
+        if (red == Reduce::Sum)
+          CK(cub::DeviceSegmentedReduce::Sum(tp, tb_, in, op, S, o, o + 1));
+        else
+          CK(cub::DeviceSegmentedReduce::Max(tp, tb_, in, op, S, o, o + 1));
+      };
+      call(nullptr, temp, 0);
+      Buf tmp(temp);
+      tc = median_ms([&](int i) { call(tmp.p, temp, i); }, g_reps);
+    }
+    std::printf("RESULT\t%s\t%s\t%s\tfwd\t%.5f\t%.0f\t%.5f\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
+                rname, tf, bf, tc);
+    std::printf("RESULT\t%s\t%s\t%s\tbwd\t%.5f\t%.0f\t-1\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
+                rname, tb, bb);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* dir = nullptr;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("DEVICE\t%s\t%d SMs\n", prop.name, prop.multiProcessorCount);
+  {
+    const size_t bytes = size_t(1) << 30;
+    Buf a(bytes), b(bytes);
+    fill<<<1024, 256>>>(static_cast<float*>(a.p), int64_t(bytes / 4), 5u);
+    const double t = median_ms([&](int) { CK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice)); }, 10);
+    std::printf("COPY\t%.1f\n", 2.0 * double(bytes) / (t * 1e-3) / 1e9);  // GB/s, read + write
+  }
+  for (const Case& c : cases()) {
+    if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    for (DType dt : {DType::Float32, DType::BFloat16}) run_case(c, dt, dir);
+  }
+  return 0;
+}

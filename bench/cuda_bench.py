@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""segment_reduce on the GPU: segred vs torch.segment_reduce vs CUB, one table.
+
+Runs bench/cuda_bench (segred, CUB DeviceSegmentedReduce, copy bandwidth; see
+its header for the method), then times torch.segment_reduce forward and its
+backward (aten._segment_reduce_backward) on the same lengths, dtype and shape,
+with the same method (events, warm-up, median, inputs rotated to >= 240 MB), in
+the same run. Prints and writes (--out) a markdown table:
+
+  case | dtype | reduce | dir | segred ms | % of copy bw | torch ms | torch/segred | CUB ms | CUB %
+
+% of copy bw = (bytes the call must move / copy bandwidth) / measured time, with
+the bytes of shared/PERFORMANCE.md and the copy bandwidth measured by
+cuda_bench in this run.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+
+def median_ms(fn, reps, rot):
+    for i in range(3):
+        fn(i)
+    torch.cuda.synchronize()
+    t = []
+    for i in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn(i)
+        b.record()
+        b.synchronize()
+        t.append(a.elapsed_time(b))
+    return statistics.median(t)
+
+
+def torch_times(lengths, inner, dtype, reduce, reps):
+    dev = "cuda"
+    rows = int(lengths.sum())
+    shape = (rows,) if inner == 1 else (rows, inner)
+    es = torch.tensor([], dtype=dtype).element_size()
+    nbuf = int(min(6, max(1, (240 << 20) // max(1, rows * inner * es) + 1)))
+    xs = [(torch.rand(shape, device=dev) * 4 - 2).to(dtype) for _ in range(nbuf)]
+    L = torch.from_numpy(lengths).to(dev)
+    outs = [torch.segment_reduce(x, reduce, lengths=L, axis=0, unsafe=True) for x in xs]
+    gs = [(torch.rand(outs[0].shape, device=dev) * 4 - 2).to(dtype) for _ in range(nbuf)]
+    tf = median_ms(lambda i: torch.segment_reduce(xs[i % nbuf], reduce, lengths=L, axis=0, unsafe=True), reps, nbuf)
+
+    def bwd(i):
+        k = i % nbuf
+        torch.ops.aten._segment_reduce_backward(gs[k], outs[k], xs[k], reduce, lengths=L, axis=0)
+
+    # torch's backward can take 100+ ms on long segments: fewer repeats there.
+    torch.cuda.synchronize()
+    s = torch.cuda.Event(enable_timing=True)
+    e = torch.cuda.Event(enable_timing=True)
+    s.record()
+    bwd(0)
+    e.record()
+    e.synchronize()
+    one = s.elapsed_time(e)
+    tb = median_ms(bwd, max(3, min(reps, int(1000 / max(one, 1e-3)))), nbuf)
+    del xs, outs, gs
+    torch.cuda.empty_cache()
+    return tf, tb
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="segred_bench_")
+    cmd = [a.bin, "--dir", tmp, "--reps", str(a.reps)] + (["--only", a.only] if a.only else [])
+    print("running", " ".join(cmd), flush=True)
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stdout.write(res.stdout)
+    sys.stderr.write(res.stderr)
+    copy_gbs, device, rows = None, "?", []
+    for line in res.stdout.splitlines():
+        f = line.split("\t")
+        if f[0] == "COPY":
+            copy_gbs = float(f[1])
+        elif f[0] == "DEVICE":
+            device = f[1] + " (" + f[2] + ")"
+        elif f[0] == "RESULT":
+            rows.append(f[1:])
+    if copy_gbs is None:
+        print("cuda_bench failed", file=sys.stderr)
+        return 1
+    # torch's own copy bandwidth, as a cross-check of the floor.
+    buf = torch.empty(1 << 28, device="cuda")
+    dst = torch.empty_like(buf)
+    tcopy = median_ms(lambda i: dst.copy_(buf), 10, 1)
+    torch_copy = 2 * buf.numel() * 4 / (tcopy * 1e-3) / 1e9
+    del buf, dst
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    inner_of = {}
+    lines = []
+    hdr = ("| case | dtype | reduce | dir | segred ms | % of copy bw | torch ms | torch/segred | CUB ms | CUB % of copy bw |\n"
+           "|---|---|---|---|---|---|---|---|---|---|")
+    cache = {}
+    for r in rows:
+        name, dt, red, d, ms, nbytes, cub = r[0], r[1], r[2], r[3], float(r[4]), float(r[5]), float(r[6])
+        inner = int(name.split("_f")[-1]) if "_f" in name else 1
+        lengths = np.fromfile(os.path.join(tmp, name + ".i64"), dtype=np.int64)
+        key = (name, dt, red)
+        if key not in cache:
+            try:
+                cache[key] = torch_times(lengths, inner, dtypes[dt], red, a.reps)
+            except Exception as e:  # noqa: BLE001 - report and continue
+                print("torch failed on", key, e, file=sys.stderr)
+                cache[key] = (float("nan"), float("nan"))
+        tt = cache[key][0 if d == "fwd" else 1]
+        floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
+        pct = 100 * floor_ms / ms
+        cub_s = f"{cub:.4f}" if cub > 0 else "-"
+        cub_p = f"{100 * floor_ms / cub:.1f}%" if cub > 0 else "-"
+        line = (f"| {name} | {dt} | {red} | {d} | {ms:.4f} | {pct:.1f}% | {tt:.4f} | {tt / ms:.1f}x | {cub_s} | {cub_p} |")
+        lines.append(line)
+        print(line, flush=True)
+    table = (f"Device: {device}; copy bandwidth {copy_gbs:.0f} GB/s (cudaMemcpy D2D 1 GiB, read+write; "
+             f"torch copy_ {torch_copy:.0f} GB/s); torch {torch.__version__}\n\n" + hdr + "\n" + "\n".join(lines) + "\n")
+    print()
+    print(table)
+    if a.out:
+        with open(a.out, "w") as fh:
+            fh.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

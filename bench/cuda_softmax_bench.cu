@@ -1,0 +1,135 @@
+// CUDA softmax benchmark (shared/PERFORMANCE.md): every softmax row of the matrix,
+// forward and backward, float32/float16/bfloat16, segred's CUDA kernels timed with
+// CUDA events (warm-up, median of repeats, inputs > L2 where the case is large),
+// against a device-to-device copy measured in the same run. Prints CSV:
+//   copy|<GB/s>
+//   case|<case>|<dtype>|<dir>|<path grid block>|<ms>|<bytes>|<% of copy>
+// bench/cuda_softmax_bench.py runs torch on the same cases and joins the tables.
+// Built by tools/gpu-check-softmax with nvcc against libsegred.a.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "segred/segred.h"
+
+using namespace segred;
+
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+__global__ void init_kernel(void* p, int64_t n, int dt, uint32_t seed, float lo, float hi) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(i >> 32) * 40503u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = lo + (hi - lo) * float(h & 0xffffff) / float(0x1000000);
+    if (dt == 0) static_cast<float*>(p)[i] = u;
+    else if (dt == 2) static_cast<__half*>(p)[i] = __float2half(u);
+    else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(u);
+  }
+}
+
+struct Case {
+  const char* name;
+  Shape shape;
+  int64_t dim;
+};
+
+template <class F> double median_ms(F&& f, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();
+  CK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return t[t.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 25;
+  // Copy bandwidth: 2 GiB device-to-device, bytes read + written.
+  const size_t cb = size_t(1) << 31;
+  void *c0, *c1;
+  CK(cudaMalloc(&c0, cb));
+  CK(cudaMalloc(&c1, cb));
+  CK(cudaMemset(c0, 1, cb));
+  const double copy_ms = median_ms([&] { CK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice)); }, reps);
+  const double copy_gbs = 2.0 * double(cb) / (copy_ms * 1e-3) / 1e9;
+  CK(cudaFree(c0));
+  CK(cudaFree(c1));
+  std::printf("copy|%.1f\n", copy_gbs);
+
+  const std::vector<Case> cases = {
+      {"[16384, 4096] dim -1", {16384, 4096}, -1},
+      {"[262144, 128] dim -1", {262144, 128}, -1},
+      {"[2048, 65536] dim -1", {2048, 65536}, -1},
+      {"[64, 262144] dim -1", {64, 262144}, -1},
+      {"[64, 256, 56, 56] dim 1", {64, 256, 56, 56}, 1},
+      {"[32, 1000, 4096] dim 1", {32, 1000, 4096}, 1},
+      {"[8, 4, 2^24] dim 1", {8, 4, int64_t(1) << 24}, 1},
+      {"[8192, 8192] dim 0", {8192, 8192}, 0},
+      {"[64, 128] dim -1 (small)", {64, 128}, -1},
+      {"[4, 1000] dim -1 (small)", {4, 1000}, -1},
+  };
+  const DeviceRef gpu{Device::CUDA, 0};
+  struct DT {
+    DType t;
+    const char* name;
+    int code;
+  };
+  for (const Case& c : cases)
+    for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
+      const int64_t n = numel(c.shape);
+      const int64_t es = dtype_size(dt.t);
+      Tensor x = Tensor::empty(c.shape, dt.t, gpu), y = Tensor::empty(c.shape, dt.t, gpu);
+      Tensor g = Tensor::empty(c.shape, dt.t, gpu), gi = Tensor::empty(c.shape, dt.t, gpu);
+      init_kernel<<<4096, 256>>>(x.data(), n, dt.code, 17, -4.f, 4.f);
+      init_kernel<<<4096, 256>>>(g.data(), n, dt.code, 91, -1.f, 1.f);
+      CK(cudaGetLastError());
+      softmax_out(x, c.dim, y);
+      CK(cudaDeviceSynchronize());
+      std::string path_f, path_b;
+      {
+        TraceSession t;
+        softmax_out(x, c.dim, y);
+        softmax_backward_out(g, y, c.dim, gi);
+        CK(cudaDeviceSynchronize());
+        const auto r = t.records();
+        if (r.size() == 2) {
+          path_f = r[0].path + " grid " + std::to_string(r[0].grid[0]) + " block " + std::to_string(r[0].block[0]);
+          path_b = r[1].path + " grid " + std::to_string(r[1].grid[0]) + " block " + std::to_string(r[1].block[0]);
+        }
+      }
+      const double fms = median_ms([&] { softmax_out(x, c.dim, y); }, reps);
+      const double bms = median_ms([&] { softmax_backward_out(g, y, c.dim, gi); }, reps);
+      const double fb = 2.0 * double(n * es), bb = 3.0 * double(n * es);
+      const double fpct = 100.0 * (fb / (copy_gbs * 1e9)) / (fms * 1e-3);
+      const double bpct = 100.0 * (bb / (copy_gbs * 1e9)) / (bms * 1e-3);
+      std::printf("case|%s|%s|fwd|%s|%.4f|%.0f|%.1f\n", c.name, dt.name, path_f.c_str(), fms, fb, fpct);
+      std::printf("case|%s|%s|bwd|%s|%.4f|%.0f|%.1f\n", c.name, dt.name, path_b.c_str(), bms, bb, bpct);
+      std::fflush(stdout);
+    }
+  return 0;
+}

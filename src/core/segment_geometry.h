@@ -1,0 +1,139 @@
+// Work split of the CUDA segment_reduce kernels: a pure function of the problem,
+// shared by the planner (plan_segment_reduce, tested without a GPU) and the CUDA
+// launch code, so the plan a test asserts is the geometry that runs.
+//
+// The merge space. Every row r of data has S segments; the kernels see one flat
+// list of U = outer*(S+1) + 1 "segments" over N = outer*L axis positions:
+//   q[0] = 0, q[1 + r*(S+1) + s] = r*L + off[r][s], q[U] = outer*L,
+// so segment v covers positions [q[v], q[v+1]). v = 0 (before row 0's first
+// offset) and v = 1 + r*(S+1) + S (after row r's last offset, up to the next
+// row's first) are "ghost" segments: their positions are outside every real
+// segment (forward: ignored; backward: gradient 0). Ghosts make q monotone over
+// the whole tensor, so one binary search finds any position's segment.
+//
+// Merge path (PERFORMANCE.md, "Ideas known to work"). The D = U + N work items
+// (one per segment end, one per position) are cut into equal tiles of `items`
+// consecutive items; a tile binary-searches q for its start (the diagonal split
+// of CUB's merge-path SpMV). A tile therefore does the same work whether it holds
+// one position of a 2^26 segment or 32 empty segments: the split is indifferent
+// to the length distribution. A segment that crosses tile edges leaves one
+// partial per tile; a second small kernel combines them in tile order
+// (deterministic, no atomics on values).
+//
+// Worked example: 1-D float32, L = 2^26, S = 2^21 segments of 32: U = 2^21 + 2,
+// D = U + N = 69,206,018 items; flat tiles are one warp x 16 items = 512 items,
+// so 135,169 tiles, 8 per block: grid 16,897 x 256 threads.
+//
+// Paths:
+//   flat (inner == 1): a warp stages its tile's positions and segment ends in
+//     shared memory (coalesced loads), each lane walks 16 items, and a warp-level
+//     segmented scan joins the lanes' partials.
+//   features (inner > 1): a group of G lanes (G = ceil(inner / V) rounded up to a
+//     power of two, at most 32) owns a slab of G*V features (V = 16 bytes / element
+//     size when inner % V == 0, else 1) and walks `items` merge items; each
+//     position is a coalesced, vectorised row load of the slab.
+//   prod backward: one warp per (segment, slab of 32 features), exclusive prefix
+//     and suffix products in two passes over the segment; 64-bit indices only.
+//
+// Index width: 32-bit only when every index a kernel forms stays below 2^31:
+// element offsets (outer*L*inner), the merge diagonal rounded up to whole tiles
+// plus one tile (the end diagonal of the last tile is formed before clamping),
+// output offsets (outer*S*inner), partial offsets (tiles*inner) and the global
+// thread index (grid * block). Row bases are 64-bit either way on the host.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "segred/segment_reduce.h"
+
+namespace segred::detail {
+
+constexpr int kFlatItemsPerLane = 16;
+constexpr int64_t kFlatTile = 32 * kFlatItemsPerLane;  // merge items per warp tile
+constexpr int kFeatItems = 32;                          // merge items per feature group
+constexpr int kBlock = 256;                             // threads per block (before viability shrink)
+constexpr int64_t kIndex32Limit = (int64_t(1) << 31);    // every index < 2^31 for the 32-bit paths
+
+struct SegmentGeometry {
+  bool flat = true;       // inner == 1
+  bool prod_bwd = false;  // the segment-per-warp prod backward
+  int vec = 1;            // features per lane (vector width)
+  int group = 32;         // lanes per worker (features); 32 (a warp) for flat
+  int64_t slabs = 1;      // feature slabs of group*vec features
+  int64_t items = kFlatTile;  // merge items per worker
+  int64_t segs = 0;       // U: merge-space segments (ghosts included)
+  int64_t positions = 0;  // N = outer * L
+  int64_t workers = 0;    // tiles along the merge space
+  int64_t grid = 0;
+  int block = kBlock;
+  int index_bits = 64;
+};
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// `aligned`: data pointers allow vector loads (16-byte aligned); the planner
+// assumes they do (every allocator segred meets does); the launch code passes
+// the truth and falls back to vec = 1.
+inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = true) {
+  SegmentGeometry g;
+  const int64_t outer = std::max<int64_t>(p.outer, 0), L = std::max<int64_t>(p.axis_len, 0);
+  const int64_t inner = std::max<int64_t>(p.inner, 1), S = std::max<int64_t>(p.num_segments, 0);
+  g.flat = inner == 1;
+  g.prod_bwd = p.direction == Direction::Bwd && p.reduce == Reduce::Prod;
+  g.segs = outer * (S + 1) + 1;
+  g.positions = outer * L;
+  const int64_t D = g.segs + g.positions;
+  const int esize = dtype_size(p.dtype);
+  int64_t threads = 0;
+  if (g.prod_bwd) {
+    g.vec = 1;
+    g.group = 32;
+    g.slabs = g.flat ? 1 : ceil_div(inner, 32);
+    g.items = 0;
+    g.workers = outer * S * g.slabs;  // one warp each
+    threads = g.workers * 32;
+  } else if (g.flat) {
+    g.vec = 1;
+    g.group = 32;
+    g.slabs = 1;
+    g.items = kFlatTile;
+    g.workers = ceil_div(D, g.items);
+    threads = g.workers * 32;
+  } else {
+    const int v = esize > 0 ? 16 / esize : 1;
+    g.vec = (aligned && inner % v == 0) ? v : 1;
+    const int64_t lanes = ceil_div(inner, g.vec);
+    int G = 1;
+    while (G < 32 && G < lanes) G *= 2;
+    g.group = G;
+    g.slabs = ceil_div(inner, int64_t(G) * g.vec);
+    g.items = kFeatItems;
+    g.workers = ceil_div(D, g.items);
+    threads = g.workers * g.slabs * G;
+  }
+  g.block = kBlock;
+  g.grid = ceil_div(threads, g.block);
+  // Largest index any kernel forms (see the header comment).
+  const int64_t tiles_round = g.workers + 1;
+  int64_t m = outer * L * inner;
+  m = std::max(m, outer * S * inner);
+  m = std::max(m, g.items ? tiles_round * g.items : D);
+  m = std::max(m, tiles_round * inner);
+  m = std::max(m, g.grid * g.block);
+  m = std::max(m, D + 1);
+  g.index_bits = (!g.prod_bwd && m < kIndex32Limit) ? 32 : 64;
+  return g;
+}
+
+// The registered path a geometry runs (src/core/registry.cpp).
+inline const char* segment_path(Direction dir, const SegmentGeometry& g) {
+  const bool i32 = g.index_bits == 32;
+  if (g.prod_bwd) return "segment_reduce.bwd.cuda.prod_warp.i64";
+  if (dir == Direction::Fwd)
+    return g.flat ? (i32 ? "segment_reduce.fwd.cuda.flat.i32" : "segment_reduce.fwd.cuda.flat.i64")
+                  : (i32 ? "segment_reduce.fwd.cuda.features.i32" : "segment_reduce.fwd.cuda.features.i64");
+  return g.flat ? (i32 ? "segment_reduce.bwd.cuda.flat.i32" : "segment_reduce.bwd.cuda.flat.i64")
+                : (i32 ? "segment_reduce.bwd.cuda.features.i32" : "segment_reduce.bwd.cuda.features.i64");
+}
+
+}  // namespace segred::detail

@@ -1,0 +1,255 @@
+// softmax family API layer: argument checks, the [outer, D, inner] problem,
+// planning, backend dispatch. Knows the contract (SEMANTICS.md), not the kernels.
+#include "segred/softmax.h"
+
+#include <algorithm>
+
+#include "segred/error.h"
+#include "src/cpu/softmax_kernels.h"
+#include "src/core/softmax_geometry.h"
+#ifdef SEGRED_WITH_CUDA
+#include "src/cuda/softmax_kernels.h"
+#endif
+
+namespace segred {
+
+namespace {
+
+// Cache budgets behind plan_softmax's work split (CPU). 16 KiB: a block that is
+// reduced twice in a row (max, then sum of exp) stays in L1d (32-48 KiB on
+// current x86 cores). 512 KiB: the [D, W] input tile of a spatial work item stays
+// in a core's L2 (1-2 MiB) between its statistics pass and its write pass, with
+// room for the output and the other thread's prefetches.
+constexpr int64_t kL1Block = 16 * 1024;
+constexpr int64_t kL2Tile = 512 * 1024;
+// Spatial tile width bounds: at least 64 columns, so each row of the tile is
+// whole cache lines and long enough for the prefetcher and the vector loop, even
+// when that means the tile spills from L2 (D > 2048 float32 forward); at most
+// 4096, so an outer index still splits into several work items.
+constexpr int64_t kMinCols = 64;
+constexpr int64_t kMaxCols = 4096;
+
+const char* op_name(bool log, Direction d) {
+  if (d == Direction::Fwd) return log ? "log_softmax" : "softmax";
+  return log ? "log_softmax_backward" : "softmax_backward";
+}
+
+}  // namespace
+
+SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype, Direction direction, bool log,
+                                    Backend backend) {
+  const char* op = op_name(log, direction);
+  const int64_t nd = std::max<int64_t>(1, int64_t(sizes.size()));  // 0-dim counts as [1]
+  SEGRED_CHECK(dim >= -nd && dim < nd, ValueError, op, ": dim=", dim, " is out of range for a tensor with ",
+               sizes.size(), " dim(s) (expected ", -nd, " <= dim < ", nd, ")");
+  const int64_t d = dim < 0 ? dim + nd : dim;
+  SoftmaxProblem p;
+  p.backend = backend;
+  p.direction = direction;
+  p.log = log;
+  p.dtype = dtype;
+  if (sizes.empty()) return p;  // [1]: outer = D = inner = 1
+  p.outer = 1;
+  p.inner = 1;
+  for (int64_t i = 0; i < d; ++i) p.outer *= sizes[size_t(i)];
+  p.dim_size = sizes[size_t(d)];
+  for (int64_t i = d + 1; i < int64_t(sizes.size()); ++i) p.inner *= sizes[size_t(i)];
+  return p;
+}
+
+// CPU plan. One path per (op, direction, inner == 1 or not), 64-bit indices.
+// Worked example, softmax forward float32 over dim 1 of [32, 1000, 4096]:
+// inner = 4096 > 1: spatial; W = 512 KiB / (4 B * 1000) = 131 -> 128 (multiple of
+// 16): 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile (500
+// KiB). Over dim -1 of [16384, 4096]: lastdim, blocks of 16 KiB / 4 B = 4096.
+Plan plan_softmax(const SoftmaxProblem& p) {
+#ifdef SEGRED_WITH_CUDA
+  // CUDA plan: the pure work split of src/core/softmax_geometry.h (lastdim_warp,
+  // lastdim_block, spatial; i32 when 2*numel + 2^20 < 2^31).
+  if (p.backend == Backend::CUDA) {
+    const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+    Plan plan;
+    plan.path = detail::softmax_cuda_path(p, g);
+    plan.index_bits = g.index_bits;
+    plan.grid = {g.grid, 1, 1};
+    plan.block = {g.threads(), 1, 1};
+    plan.chunk = g.chunks;
+    return plan;
+  }
+#endif
+  SEGRED_CHECK(p.backend == Backend::CPU, ValueError, op_name(p.log, p.direction),
+               ": no CUDA path for softmax in this build yet (x must be on the CPU)");
+  Plan plan;
+  const bool last = p.inner == 1;
+  const bool fwd = p.direction == Direction::Fwd;
+  if (p.log) {
+    if (fwd) plan.path = last ? "log_softmax.fwd.cpu.lastdim.i64" : "log_softmax.fwd.cpu.spatial.i64";
+    else plan.path = last ? "log_softmax.bwd.cpu.lastdim.i64" : "log_softmax.bwd.cpu.spatial.i64";
+  } else {
+    if (fwd) plan.path = last ? "softmax.fwd.cpu.lastdim.i64" : "softmax.fwd.cpu.spatial.i64";
+    else plan.path = last ? "softmax.bwd.cpu.lastdim.i64" : "softmax.bwd.cpu.spatial.i64";
+  }
+  plan.index_bits = 64;
+  const int64_t es = std::max(1, dtype_size(p.dtype));
+  if (last) {
+    plan.chunk = fwd ? kL1Block / es : 0;
+  } else {
+    const int64_t arrays = fwd ? 1 : 2;  // backward keeps g and y of the tile
+    int64_t w = kL2Tile / es / arrays / std::max<int64_t>(1, p.dim_size);
+    w = std::clamp<int64_t>(w / 16 * 16, kMinCols, kMaxCols);
+    plan.chunk = std::min(w, p.inner);
+  }
+  return plan;
+}
+
+namespace {
+
+Backend backend_of(const TensorView& t) { return t.device.type == Device::CPU ? Backend::CPU : Backend::CUDA; }
+
+// Contiguous input for the kernels: the view itself, or a copy.
+struct Contig {
+  Tensor copy;
+  TensorView view;
+  explicit Contig(const TensorView& v) {
+    if (v.is_contiguous()) {
+      view = v;
+    } else {
+      copy = Tensor::contiguous_copy(v);
+      view = copy.view();
+    }
+  }
+};
+
+void check_input(const char* op, const char* name, const TensorView& t) {
+  SEGRED_CHECK(is_floating(t.dtype), TypeError, op, ": ", name, " has dtype ", dtype_name(t.dtype),
+               "; expected float32, float64, float16 or bfloat16");
+  SEGRED_CHECK(t.strides.size() == t.sizes.size(), ValueError, op, ": ", name, " has ", t.sizes.size(),
+               " sizes but ", t.strides.size(), " strides");
+  for (auto s : t.sizes) SEGRED_CHECK(s >= 0, ValueError, op, ": ", name, " has a negative size in ", shape_string(t.sizes));
+}
+
+void check_like(const char* op, const char* name, const TensorView& t, const char* ref_name, const TensorView& ref) {
+  SEGRED_CHECK(t.sizes == ref.sizes, ValueError, op, ": ", name, " has shape ", shape_string(t.sizes), ", expected ",
+               ref_name, "'s shape ", shape_string(ref.sizes));
+  SEGRED_CHECK(t.dtype == ref.dtype, TypeError, op, ": ", name, " has dtype ", dtype_name(t.dtype), ", expected ",
+               ref_name, "'s dtype ", dtype_name(ref.dtype));
+  SEGRED_CHECK(t.device == ref.device, ValueError, op, ": ", name, " is on ", to_string(t.device), ", expected ",
+               ref_name, "'s device ", to_string(ref.device));
+}
+
+bool overlaps(const TensorView& a, const TensorView& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  auto span = [](const TensorView& t) {
+    int64_t lo = 0, hi = 0;
+    for (size_t d = 0; d < t.sizes.size(); ++d) {
+      const int64_t ext = (t.sizes[d] - 1) * t.strides[d];
+      (ext < 0 ? lo : hi) += ext;
+    }
+    const char* p = static_cast<const char*>(t.data);
+    return std::pair<const char*, const char*>(p + lo * dtype_size(t.dtype), p + (hi + 1) * dtype_size(t.dtype));
+  };
+  auto [a0, a1] = span(a);
+  auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+void forward_out(bool log, const TensorView& x, int64_t dim, const TensorView& out) {
+  const char* op = op_name(log, Direction::Fwd);
+  check_input(op, "x", x);
+  const SoftmaxProblem p = make_softmax_problem(x.sizes, dim, x.dtype, Direction::Fwd, log, backend_of(x));
+  check_like(op, "out", out, "x", x);
+  SEGRED_CHECK(out.is_contiguous(), ValueError, op, ": out must be contiguous");
+  SEGRED_CHECK(!overlaps(out, x), ValueError, op, ": out must not overlap x");
+  const Plan plan = plan_softmax(p);
+  if (x.numel() == 0) return;  // empty tensor or D == 0: nothing to write, no kernel runs
+#ifdef SEGRED_WITH_CUDA
+  if (p.backend == Backend::CUDA) {
+    cuda::softmax_check_device_pointer(op, "x", x);
+    cuda::softmax_check_device_pointer(op, "out", out);
+    cuda::softmax_fwd(p, x, out, nullptr);
+    return;
+  }
+#endif
+  Contig xc(x);
+  cpu::softmax_fwd(plan, p, xc.view, out);
+}
+
+void backward_out(bool log, const TensorView& grad, const TensorView& output, int64_t dim,
+                  const TensorView& grad_input) {
+  const char* op = op_name(log, Direction::Bwd);
+  check_input(op, "grad", grad);
+  check_input(op, "output", output);
+  check_like(op, "grad", grad, "output", output);
+  const SoftmaxProblem p =
+      make_softmax_problem(output.sizes, dim, output.dtype, Direction::Bwd, log, backend_of(output));
+  check_like(op, "grad_input", grad_input, "output", output);
+  SEGRED_CHECK(grad_input.is_contiguous(), ValueError, op, ": grad_input must be contiguous");
+  SEGRED_CHECK(!overlaps(grad_input, grad) && !overlaps(grad_input, output), ValueError, op,
+               ": grad_input must not overlap grad or output");
+  const Plan plan = plan_softmax(p);
+  if (output.numel() == 0) return;
+#ifdef SEGRED_WITH_CUDA
+  if (p.backend == Backend::CUDA) {
+    cuda::softmax_check_device_pointer(op, "grad", grad);
+    cuda::softmax_check_device_pointer(op, "output", output);
+    cuda::softmax_check_device_pointer(op, "grad_input", grad_input);
+    cuda::softmax_bwd(p, grad, output, grad_input, nullptr);
+    return;
+  }
+#endif
+  Contig g(grad), y(output);
+  cpu::softmax_bwd(plan, p, g.view, y.view, grad_input);
+}
+
+Tensor forward(bool log, const TensorView& x, int64_t dim) {
+  const char* op = op_name(log, Direction::Fwd);
+  check_input(op, "x", x);
+  plan_softmax(make_softmax_problem(x.sizes, dim, x.dtype, Direction::Fwd, log, backend_of(x)));  // validate first
+#ifdef SEGRED_WITH_CUDA
+  if (backend_of(x) == Backend::CUDA) cuda::softmax_check_device_pointer(op, "x", x);  // before allocating
+#endif
+  Tensor out = Tensor::empty(x.sizes, x.dtype, x.device);
+  forward_out(log, x, dim, out);
+  return out;
+}
+
+Tensor backward(bool log, const TensorView& grad, const TensorView& output, int64_t dim) {
+  const char* op = op_name(log, Direction::Bwd);
+  check_input(op, "grad", grad);
+  check_input(op, "output", output);
+  check_like(op, "grad", grad, "output", output);
+  plan_softmax(make_softmax_problem(output.sizes, dim, output.dtype, Direction::Bwd, log, backend_of(output)));
+#ifdef SEGRED_WITH_CUDA
+  if (backend_of(output) == Backend::CUDA) {  // before allocating
+    cuda::softmax_check_device_pointer(op, "grad", grad);
+    cuda::softmax_check_device_pointer(op, "output", output);
+  }
+#endif
+  Tensor gi = Tensor::empty(output.sizes, output.dtype, output.device);
+  backward_out(log, grad, output, dim, gi);
+  return gi;
+}
+
+}  // namespace
+
+Tensor softmax(const TensorView& x, int64_t dim) { return forward(false, x, dim); }
+Tensor log_softmax(const TensorView& x, int64_t dim) { return forward(true, x, dim); }
+void softmax_out(const TensorView& x, int64_t dim, const TensorView& out) { forward_out(false, x, dim, out); }
+void log_softmax_out(const TensorView& x, int64_t dim, const TensorView& out) { forward_out(true, x, dim, out); }
+
+Tensor softmax_backward(const TensorView& grad, const TensorView& output, int64_t dim) {
+  return backward(false, grad, output, dim);
+}
+Tensor log_softmax_backward(const TensorView& grad, const TensorView& output, int64_t dim) {
+  return backward(true, grad, output, dim);
+}
+void softmax_backward_out(const TensorView& grad, const TensorView& output, int64_t dim,
+                          const TensorView& grad_input) {
+  backward_out(false, grad, output, dim, grad_input);
+}
+void log_softmax_backward_out(const TensorView& grad, const TensorView& output, int64_t dim,
+                              const TensorView& grad_input) {
+  backward_out(true, grad, output, dim, grad_input);
+}
+
+}  // namespace segred

@@ -1,0 +1,226 @@
+// Work split of the CUDA softmax kernels: a pure function of the problem, shared
+// by the planner (plan_softmax, tested without a GPU) and the CUDA launch code, so
+// the plan a test asserts is the geometry that runs.
+//
+// Three kernels (src/cuda/softmax_impl.cuh), each for fwd/bwd x softmax/log_softmax
+// x i32/i64:
+//   lastdim_warp   inner == 1, D <= 32*EV: a group of `lanes` lanes (a power of
+//                  two <= 32) per row, the row in registers (EV elements per lane,
+//                  16-byte vectors along D when D % V == 0), shuffles only.
+//   lastdim_block  inner == 1, D > 32*EV: a block of `tx` threads per row, or a
+//                  thread-block cluster of `cluster` blocks per row (partials
+//                  exchanged through distributed shared memory), the row in
+//                  registers when D <= cluster*tx*EV (read once: "resident"), else
+//                  `chunks` passes: online max/sum, then a second read (from L2)
+//                  for the write.
+//   spatial        inner > 1: a block of [ty x tx] threads owns a tile of tx*V
+//                  consecutive columns (V = 16-byte vectors along inner when
+//                  inner % V == 0), ty threads (and `cluster` blocks) split D; the
+//                  [D x tile] block of the input stays in registers when it fits
+//                  (resident), else `chunks` online passes plus a re-read. Loads
+//                  run along inner, so a warp reads whole 32-byte sectors.
+// EV = elements per thread per array kept in registers: 16 (8 for float64, so the
+// backward's two arrays stay within 64 registers at 1024 threads).
+//
+// Worked examples (H200, sm_count 132):
+//   [16384, 4096] fp32 dim -1: lastdim_block, V=4, tx=256 (256*16 = 4096), 1
+//     block per row, grid 16384, resident: one read, one write, one exp/element.
+//   [64, 262144] fp32 dim -1: lastdim_block, tx=1024, cluster=16 (16*1024*16 =
+//     262144): 1024 blocks fill 132 SMs, the row stays on chip.
+//   [64, 256, 56, 56] fp16 dim 1: spatial, V=8, E=2 rows/thread, ty=128, tx=8:
+//     a [256 x 64] tile per 1024-thread block, 3136 blocks.
+//   [8192, 8192] fp32 dim 0: spatial, V=4, tx=4 (16 columns), ty=256, cluster=8
+//     (8*256*4 = 8192 rows): 512 tiles x 8 blocks, resident.
+//
+// Index width: 32-bit only when every index a kernel forms stays below 2^31. The
+// kernels form: row/tile counters plus their grid-stride step (< 2 * rows), in-row
+// or in-slab offsets rounded up to a whole tile (< numel + one tile), the global
+// thread index (< grid * block). All are below 2*numel + 2^20 (a tile is at most
+// 16 blocks x 1024 threads x 16 elements = 2^18), so the rule is
+// 2*numel + 2^20 < 2^31. Row and column bases are 64-bit in both variants.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "segred/softmax.h"
+
+namespace segred::detail {
+
+enum class SoftmaxKernel : uint8_t { Warp, Block, Spatial };
+
+struct SoftmaxGeometry {
+  SoftmaxKernel kernel = SoftmaxKernel::Warp;
+  int index_bits = 64;
+  int ev = 16;        // elements per thread per array in registers
+  int vec = 1;        // elements per vector load
+  int lanes = 1;      // warp: lanes per row
+  int tx = 32;        // threads along the vector axis (block: threads per block)
+  int ty = 1;         // spatial: threads along D
+  int cluster = 1;    // blocks per row (block) or per column tile (spatial)
+  int64_t chunks = 1;  // passes over a row: 1 = resident (read once)
+  int64_t work = 0;    // rows (warp, block) or column tiles (spatial)
+  int64_t grid = 0;    // blocks
+  int threads() const { return tx * ty; }
+  // Dynamic shared memory in bytes for accumulation type size `as`.
+  int64_t smem_bytes(int as) const;
+};
+
+constexpr int64_t kSoftmaxIndexSlack = int64_t(1) << 20;
+constexpr int64_t kSoftmaxMaxClusters = int64_t(1) << 20;  // grid cap (grid-stride beyond)
+
+// Test hook: plan every CUDA softmax call with 64-bit indices, so the i64 kernels
+// also run on small shapes (under compute-sanitizer, against the reference). The
+// boundary tests past 2^31 reach them without it.
+inline std::atomic<bool>& softmax_force_index64() {
+  static std::atomic<bool> force{false};
+  return force;
+}
+
+inline int64_t pow2_ceil(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
+  if (kernel == SoftmaxKernel::Warp) return 0;
+  if (kernel == SoftmaxKernel::Block) return int64_t(as) * 2 * (32 + 1);
+  const int64_t cols = int64_t(tx) * vec;
+  const int64_t groups = tx < 32 ? std::max<int64_t>(1, int64_t(tx) * ty / 32) : ty;
+  if (groups == 1 && cluster == 1) return 0;  // shuffles only
+  return int64_t(as) * 2 * (groups * cols + cols);
+}
+
+// `aligned`: every data pointer is 16-byte aligned (the launcher passes false
+// otherwise and the vector width drops to 1).
+inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = true) {
+  SoftmaxGeometry g;
+  const int es = std::max(1, dtype_size(p.dtype));
+  const int64_t D = std::max<int64_t>(1, p.dim_size);
+  const int64_t numel = p.outer * p.dim_size * p.inner;
+  const int64_t sms = std::max(1, p.sm_count);
+  int max_threads = 32;  // a power of two in [32, 1024]
+  while (max_threads * 2 <= std::min(1024, p.max_threads)) max_threads *= 2;
+  const int max_cluster = std::clamp(p.max_cluster, 1, 16);
+  g.ev = es == 8 ? 8 : 16;
+  const int v16 = aligned ? 16 / es : 1;
+  g.index_bits = (2 * numel + kSoftmaxIndexSlack < (int64_t(1) << 31)) && !softmax_force_index64() ? 32 : 64;
+  if (p.inner == 1) {
+    g.vec = (D % v16 == 0) ? v16 : 1;
+    const int64_t per = g.ev;  // elements per thread
+    if (D <= 32 * per) {
+      g.kernel = SoftmaxKernel::Warp;
+      g.lanes = int(std::clamp<int64_t>(pow2_ceil(ceil_div(D, per)), 1, 32));
+      g.tx = std::min(256, max_threads);
+      g.ty = 1;
+      g.work = p.outer;
+      const int64_t rows_per_block = g.tx / g.lanes;
+      g.grid = std::clamp<int64_t>(ceil_div(g.work, rows_per_block), 1, sms * 32);
+      return g;
+    }
+    g.kernel = SoftmaxKernel::Block;
+    g.work = p.outer;
+    const int64_t need = ceil_div(D, per);  // threads that hold the whole row
+    if (need <= max_threads) {
+      g.tx = int(std::max<int64_t>(64, pow2_ceil(need)));
+      g.tx = std::min(g.tx, max_threads);
+      g.cluster = 1;
+    } else {
+      g.tx = max_threads;
+      const int64_t c = pow2_ceil(ceil_div(need, max_threads));
+      if (c <= max_cluster) {
+        g.cluster = int(c);
+      } else {
+        g.cluster = std::min(8, max_cluster);
+        g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
+      }
+    }
+    // Few long rows: spread a row over more blocks (same capacity) until the
+    // rows fill the GPU.
+    while (g.chunks == 1 && g.work * g.cluster < sms && g.cluster < max_cluster && g.tx > 128) {
+      g.cluster *= 2;
+      g.tx /= 2;
+    }
+    while (g.chunks > 1 && g.work * g.cluster < 2 * sms && g.cluster < max_cluster) {
+      g.cluster *= 2;
+      g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
+    }
+    g.grid = std::min(g.work, kSoftmaxMaxClusters) * g.cluster;
+    return g;
+  }
+  // spatial
+  g.kernel = SoftmaxKernel::Spatial;
+  g.vec = (p.inner % v16 == 0) ? v16 : 1;
+  const int64_t E = g.ev / g.vec;  // rows per thread
+  const int64_t ncols = p.outer * p.inner;
+  const int seg = g.vec * es;                       // bytes per thread per row
+  const int txmin = std::max(1, 32 / seg);          // a warp row segment >= 32 B
+  const int txpref = std::max(txmin, 128 / seg);   // preferred: 128 B
+  const int64_t ty_need = pow2_ceil(ceil_div(D, E));
+  int tx = txpref;
+  int64_t ty = ty_need;
+  int cluster = 1;
+  int64_t chunks = 1;
+  if (ty * tx > max_threads) {
+    // D does not fit one block at the preferred width: narrower tiles first (down
+    // to 32-byte row segments) while that keeps one block per tile, else the
+    // widest tile whose column fits a cluster of <= 8 blocks, else stream.
+    auto clusters = [&](int t) { return pow2_ceil(ceil_div(D, int64_t(max_threads / t) * E)); };
+    int pick = 0;
+    for (int t = txpref; t >= txmin && !pick; t /= 2)
+      if (int64_t(max_threads / t) >= ty_need) pick = t;
+    for (int t = txpref; t >= txmin && !pick; t /= 2)
+      if (clusters(t) <= 8) pick = t;
+    if (!pick) pick = txmin;
+    tx = pick;
+    if (ty_need * tx <= max_threads) {
+      ty = ty_need;
+    } else {
+      ty = max_threads / tx;
+      const int64_t c = clusters(tx);
+      if (c <= max_cluster) {
+        cluster = int(c);
+      } else {
+        cluster = std::min(8, max_cluster);
+        chunks = ceil_div(D, int64_t(cluster) * ty * E);
+      }
+    }
+  }
+  // Wider tiles while the block is small and the columns last.
+  const int64_t cols_cap = pow2_ceil(ceil_div(ncols, g.vec));
+  while (tx * ty < 256 && tx < cols_cap && tx * ty * 2 <= max_threads) tx *= 2;
+  while (tx * ty < 32) tx *= 2;  // at least one full warp
+  // Enough blocks to fill the GPU.
+  auto tiles = [&] { return ceil_div(ncols, int64_t(tx) * g.vec); };
+  while (tiles() * cluster < 2 * sms && tx > txmin && (tx / 2) * ty >= 32) tx /= 2;
+  g.tx = tx;
+  g.ty = int(ty);
+  g.cluster = cluster;
+  g.chunks = chunks;
+  g.work = tiles();
+  g.grid = std::min(g.work, kSoftmaxMaxClusters) * g.cluster;
+  return g;
+}
+
+inline std::string_view softmax_cuda_path(const SoftmaxProblem& p, const SoftmaxGeometry& g) {
+  // [log][bwd][kernel][i64]
+  static constexpr std::string_view names[2][2][3][2] = {
+      {{{"softmax.fwd.cuda.lastdim_warp.i32", "softmax.fwd.cuda.lastdim_warp.i64"},
+        {"softmax.fwd.cuda.lastdim_block.i32", "softmax.fwd.cuda.lastdim_block.i64"},
+        {"softmax.fwd.cuda.spatial.i32", "softmax.fwd.cuda.spatial.i64"}},
+       {{"softmax.bwd.cuda.lastdim_warp.i32", "softmax.bwd.cuda.lastdim_warp.i64"},
+        {"softmax.bwd.cuda.lastdim_block.i32", "softmax.bwd.cuda.lastdim_block.i64"},
+        {"softmax.bwd.cuda.spatial.i32", "softmax.bwd.cuda.spatial.i64"}}},
+      {{{"log_softmax.fwd.cuda.lastdim_warp.i32", "log_softmax.fwd.cuda.lastdim_warp.i64"},
+        {"log_softmax.fwd.cuda.lastdim_block.i32", "log_softmax.fwd.cuda.lastdim_block.i64"},
+        {"log_softmax.fwd.cuda.spatial.i32", "log_softmax.fwd.cuda.spatial.i64"}},
+       {{"log_softmax.bwd.cuda.lastdim_warp.i32", "log_softmax.bwd.cuda.lastdim_warp.i64"},
+        {"log_softmax.bwd.cuda.lastdim_block.i32", "log_softmax.bwd.cuda.lastdim_block.i64"},
+        {"log_softmax.bwd.cuda.spatial.i32", "log_softmax.bwd.cuda.spatial.i64"}}}};
+  return names[p.log ? 1 : 0][p.direction == Direction::Bwd ? 1 : 0][int(g.kernel)][g.index_bits == 64 ? 1 : 0];
+}
+
+}  // namespace segred::detail

@@ -1,0 +1,98 @@
+// CUDA building blocks shared by the segred kernels: device element types, the
+// launch-viability helper (DESIGN.md, "Launch viability"), stream-ordered scratch
+// memory and error checks. Host + device; include only from .cu files.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "segred/dtype.h"
+#include "segred/error.h"
+
+namespace segred::cuda {
+
+#define SEGRED_CUDA_CHECK(expr, what)                                                               \
+  do {                                                                                              \
+    const cudaError_t segred_e_ = (expr);                                                           \
+    if (segred_e_ != cudaSuccess)                                                                   \
+      throw ::segred::DeviceError(::segred::detail::cat(what, ": ", cudaGetErrorString(segred_e_))); \
+  } while (0)
+
+// Host storage type -> device storage type (same bits).
+template <class T> struct Dev { using type = T; };
+template <> struct Dev<half_t> { using type = __half; };
+template <> struct Dev<bfloat16_t> { using type = __nv_bfloat16; };
+
+// Accumulation type (SEMANTICS.md: float32 for the 16-bit floats).
+template <class T> struct DAcc { using type = T; };
+template <> struct DAcc<__half> { using type = float; };
+template <> struct DAcc<__nv_bfloat16> { using type = float; };
+template <class T> using dacc_t = typename DAcc<T>::type;
+
+__device__ __forceinline__ float ld(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ld(float v) { return v; }
+__device__ __forceinline__ double ld(double v) { return v; }
+
+template <class T> __device__ __forceinline__ T st(dacc_t<T> v);
+template <> __device__ __forceinline__ float st<float>(float v) { return v; }
+template <> __device__ __forceinline__ double st<double>(double v) { return v; }
+template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Launch viability: a configuration is accepted only when the occupancy query
+// reports at least one resident block; otherwise the block is halved and asked
+// again, down to `min_block`, then a DeviceError names the kernel. Launches here
+// are 1-D, so there is one dimension to shrink. smem_per_warp: dynamic shared
+// memory per warp of the block (the flat kernels stage a tile per warp).
+template <class Kernel>
+int viable_block(Kernel kernel, int block, size_t smem_per_warp, int min_block, const char* name) {
+  for (int b = block; b >= min_block && b >= 32; b /= 2) {
+    const size_t smem = smem_per_warp * size_t(b / 32);
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    int n = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, b, smem);
+    if (e == cudaSuccess && n >= 1) return b;
+    cudaGetLastError();
+  }
+  throw DeviceError(detail::cat("segment_reduce: no viable launch configuration for ", name,
+                                " (occupancy reports 0 resident blocks down to ", min_block, " threads)"));
+}
+
+inline void check_launch(const char* name) {
+  const cudaError_t e = cudaGetLastError();
+  SEGRED_CHECK(e == cudaSuccess, DeviceError, "segment_reduce: launch of ", name, " failed: ", cudaGetErrorString(e));
+}
+
+// Stream-ordered scratch: allocations are freed on the same stream when the
+// object goes out of scope, after the kernels queued before that point.
+class Scratch {
+ public:
+  explicit Scratch(cudaStream_t s) : s_(s) {}
+  ~Scratch() {
+    for (void* p : ptrs_) cudaFreeAsync(p, s_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* alloc(int64_t n) {
+    void* p = nullptr;
+    const size_t bytes = size_t(n > 0 ? n : 1) * sizeof(T);
+    SEGRED_CUDA_CHECK(cudaMallocAsync(&p, bytes, s_), "segment_reduce: cudaMallocAsync of scratch");
+    ptrs_.push_back(p);
+    return static_cast<T*>(p);
+  }
+
+ private:
+  cudaStream_t s_;
+  std::vector<void*> ptrs_;
+};
+
+}  // namespace segred::cuda

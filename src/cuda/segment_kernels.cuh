@@ -1,0 +1,684 @@
+// segment_reduce CUDA kernels (forward and backward), templated on the element
+// type T, the index type Idx (int32_t for the .i32 paths, int64_t for .i64) and
+// a functor Fn that says what is reduced or written per element.
+//
+// Versions (the work split and the merge space q are described in
+// src/core/segment_geometry.h):
+//   flat_reduce      inner == 1. One warp per tile of 512 merge items: the tile's
+//                    positions and segment ends are staged in shared memory with
+//                    coalesced loads; each lane merge-path-searches its 16 items
+//                    there and walks them; a 5-step warp segmented scan (keys =
+//                    segment ids, monotone across lanes) joins the lanes' partials.
+//   feat_reduce      inner > 1. A group of G lanes walks `kFeatItems` merge items;
+//                    each position is one vector load per lane (V features).
+//   fixup_short/long the segments that cross tile edges: every tile leaves a carry
+//                    (partial of the segment open at its end) and, when it completes
+//                    a segment that began in an earlier tile, a head partial. The tile
+//                    that completes such a segment combines carries of the tiles it
+//                    spans, in tile order, and its head: one thread when <= 32 tiles,
+//                    else one block (a list built with an integer atomic; each entry's
+//                    result does not depend on the list order).
+//   flat_elementwise / feat_elementwise   backward of sum, mean, max, min: the same
+//                    walk, writing every position's gradient (ghost positions 0).
+//   prod_bwd_warp    backward of prod: one warp per (segment, 32 features):
+//                    exclusive prefix products (forward pass, written), then
+//                    exclusive suffix products (reverse pass, multiplied in): O(n),
+//                    no division, zeros need no special case.
+// Math per reduce: shared/SEMANTICS.md; the functors in src/ops/reduce_ops.h give
+// identity, combine and the NaN rule, and is_extremum the max/min tie predicate.
+// Every reduction order depends only on the problem shape: results are bitwise
+// reproducible. No float atomics anywhere.
+#pragma once
+#include <cstdint>
+#include <limits>
+
+#include "src/core/segment_geometry.h"
+#include "src/cuda/common.cuh"
+#include "src/ops/reduce_ops.h"
+
+namespace segred::cuda {
+
+constexpr int kShortFix = 32;  // crossing segments spanning more tiles go to fixup_long
+constexpr unsigned kFull = 0xffffffffu;
+
+// Merge segment v -> output row*S + s, or false for a ghost (segment_geometry.h).
+template <class Idx>
+struct SegMap {
+  Idx S;  // real segments per row
+  Idx U;  // merge segments
+  __device__ __forceinline__ bool real(Idx v, Idx& o) const {
+    if (v <= 0 || v >= U) return false;
+    const Idx u = v - 1;
+    const Idx r = u / (S + 1);
+    const Idx s = u - r * (S + 1);
+    if (s == S) return false;
+    o = r * S + s;
+    return true;
+  }
+};
+
+// Merge-path search (CUB's MergePathSearch with b = 0, 1, 2, ...): the split of
+// diagonal d into i segment ends and j positions. ends[v] = end of segment v.
+template <class Idx, class E>
+__device__ __forceinline__ void merge_search_range(const E* ends, Idx d, Idx lo, Idx hi, Idx& i, Idx& j) {
+  while (lo < hi) {
+    const Idx mid = lo + (hi - lo) / 2;
+    if (Idx(ends[mid]) <= d - mid - 1)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  i = lo;
+  j = d - lo;
+}
+
+template <class Idx, class E>
+__device__ __forceinline__ void merge_search(const E* ends, Idx nseg, Idx nel, Idx d, Idx& i, Idx& j) {
+  merge_search_range(ends, d, d > nel ? d - nel : Idx(0), d < nseg ? d : nseg, i, j);
+}
+
+// The same split, found by galloping from the proportional guess
+// d * nseg / (nseg + nel): exact for equal lengths, so a tile of 2M segments of
+// 32 finds its start in ~4 dependent loads instead of ~21 (a binary search over
+// global memory is latency, not bandwidth, and every tile pays it). Skewed
+// distributions cost at most ~2x the binary search's depth.
+template <class Idx, class E>
+__device__ __forceinline__ void merge_search_global(const E* ends, Idx nseg, Idx nel, Idx d, Idx& i, Idx& j) {
+  Idx lo = d > nel ? d - nel : Idx(0);
+  Idx hi = d < nseg ? d : nseg;
+  if (lo < hi) {
+    const double frac = double(nseg) / double(nseg + nel);
+    Idx g = Idx(double(d) * frac);
+    g = g < lo ? lo : (g >= hi ? hi - 1 : g);
+    // P(m): ends[m] <= d - m - 1  (the answer is > m). Find the first m with !P.
+    if (Idx(ends[g]) <= d - g - 1) {
+      Idx step = 1, a = g + 1;  // answer in [a, hi]
+      while (a < hi) {
+        const Idx probe = hi - a > step ? a + step - 1 : hi - 1;
+        if (Idx(ends[probe]) <= d - probe - 1) {
+          a = probe + 1;
+          step *= 2;
+        } else {
+          hi = probe;
+          break;
+        }
+      }
+      lo = a;
+    } else {
+      Idx step = 1, b = g;  // answer in [lo, b]
+      while (b > lo) {
+        const Idx probe = b - lo > step ? b - step : lo;
+        if (Idx(ends[probe]) <= d - probe - 1) {
+          lo = probe + 1;
+          break;
+        }
+        b = probe;
+        step *= 2;
+      }
+      hi = b;
+    }
+  }
+  merge_search_range(ends, d, lo, hi, i, j);
+}
+
+// ---------------------------------------------------------------- functors
+
+// Forward: out[seg, f] = finish(start (+) x...).
+template <class T, class Op, class Idx>
+struct FwdFn {
+  using Raw = T;
+  using A = dacc_t<T>;
+  struct Ctx {};
+  T* out;
+  const Idx* q;
+  SegMap<Idx> map;
+  Idx inner;
+  A start;
+  A empty_mean;
+  bool mean;
+  __device__ __forceinline__ A identity() const { return Op::template identity<A>(); }
+  __device__ __forceinline__ A combine(A a, A b) const { return Op::combine(a, b); }
+  __device__ __forceinline__ Ctx ctx(Idx, Idx) const { return {}; }
+  __device__ __forceinline__ A value(const Ctx&, Idx, T raw) const { return A(ld(raw)); }
+  __device__ __forceinline__ void finish(Idx v, Idx f, A acc) const {
+    Idx o;
+    if (!map.real(v, o)) return;
+    A r = Op::combine(start, acc);
+    if (mean) {
+      const Idx n = q[v + 1] - q[v];
+      r = n > 0 ? r / A(n) : empty_mean;
+    }
+    out[o * inner + f] = st<T>(r);
+  }
+};
+
+// max/min backward, pass 1: per (segment, feature) the tie count (split), the
+// first or the last tied position (first/last). Exact integer combine.
+template <class T, class Idx>
+struct StatsFn {
+  using Raw = T;
+  using A = Idx;
+  using F = dacc_t<T>;
+  struct Ctx {
+    F y;
+    bool real;
+  };
+  const T* y;
+  Idx* stats;
+  SegMap<Idx> map;
+  Idx inner;
+  int tie;  // 0 split, 1 first, 2 last
+  __device__ __forceinline__ A identity() const {
+    return tie == 0 ? A(0) : tie == 1 ? std::numeric_limits<A>::max() : A(-1);
+  }
+  __device__ __forceinline__ A combine(A a, A b) const {
+    return tie == 0 ? a + b : tie == 1 ? (a < b ? a : b) : (a > b ? a : b);
+  }
+  __device__ __forceinline__ Ctx ctx(Idx v, Idx f) const {
+    Idx o;
+    const bool r = map.real(v, o);
+    return {r ? F(ld(y[o * inner + f])) : F(0), r};
+  }
+  __device__ __forceinline__ A value(const Ctx& c, Idx j, T raw) const {
+    if (!c.real || !ops::is_extremum(F(ld(raw)), c.y)) return identity();
+    return tie == 0 ? A(1) : j;
+  }
+  __device__ __forceinline__ void finish(Idx v, Idx f, A acc) const {
+    Idx o;
+    if (map.real(v, o)) stats[o * inner + f] = acc;
+  }
+};
+
+// Backward of sum, mean, max, min: the gradient of one position.
+template <class T, class Idx>
+struct BwdFn {
+  using Raw = T;
+  using A = dacc_t<T>;
+  struct Ctx {
+    A g, y;
+    Idx stat;
+    bool real;
+  };
+  const T* g;
+  const T* y;
+  const Idx* stats;
+  const Idx* q;
+  SegMap<Idx> map;
+  Idx inner;
+  int kind;  // 0 sum, 1 mean, 2 max/min
+  int tie;   // 0 split, 1 first, 2 last
+  __host__ __device__ bool needs_x() const { return kind == 2; }
+  __device__ __forceinline__ Ctx ctx(Idx v, Idx f) const {
+    Ctx c{A(0), A(0), Idx(0), false};
+    Idx o;
+    if (!map.real(v, o)) return c;
+    c.real = true;
+    c.g = A(ld(g[o * inner + f]));
+    if (kind == 1) {
+      const Idx n = q[v + 1] - q[v];
+      c.g = c.g * (A(1) / A(n > 0 ? n : 1));
+    } else if (kind == 2) {
+      c.y = A(ld(y[o * inner + f]));
+      c.stat = stats[o * inner + f];
+    }
+    return c;
+  }
+  __device__ __forceinline__ T elem(const Ctx& c, Idx j, T raw) const {
+    A v = A(0);
+    if (c.real) {
+      if (kind != 2) {
+        v = c.g;
+      } else if (ops::is_extremum(A(ld(raw)), c.y)) {
+        if (tie == 0)
+          v = c.g / A(c.stat);
+        else
+          v = j == c.stat ? c.g : A(0);
+      }
+    }
+    return st<T>(v);
+  }
+};
+
+// ---------------------------------------------------------------- flat (inner == 1)
+
+template <class Raw, class Idx>
+constexpr size_t flat_smem_per_warp() {
+  return (size_t(detail::kFlatTile) * sizeof(Raw) + size_t(detail::kFlatTile + 1) * sizeof(Idx) + 15) / 16 * 16;
+}
+
+// Warp prologue shared by the flat kernels: tile coordinates and staging.
+template <class Raw, class Idx>
+struct FlatTile {
+  Idx i0, j0, i1, j1;
+  int ns, ne;
+  Raw* s_x;
+  Idx* s_e;
+};
+
+template <class Raw, class Idx>
+__device__ __forceinline__ FlatTile<Raw, Idx> flat_stage(const Raw* __restrict__ x, bool load_x,
+                                                         const Idx* __restrict__ q, Idx nseg, Idx nel, Idx w,
+                                                         unsigned char* smem_warp, int lane) {
+  FlatTile<Raw, Idx> t;
+  t.s_x = reinterpret_cast<Raw*>(smem_warp);
+  t.s_e = reinterpret_cast<Idx*>(smem_warp + size_t(detail::kFlatTile) * sizeof(Raw));
+  const Idx total = nseg + nel;
+  const Idx d0 = w * Idx(detail::kFlatTile) < total ? w * Idx(detail::kFlatTile) : total;
+  const Idx d1 = total - d0 > Idx(detail::kFlatTile) ? d0 + Idx(detail::kFlatTile) : total;
+  Idx si = 0, sj = 0;
+  if (lane < 2) merge_search_global(q + 1, nseg, nel, lane == 0 ? d0 : d1, si, sj);
+  t.i0 = __shfl_sync(kFull, si, 0);
+  t.j0 = __shfl_sync(kFull, sj, 0);
+  t.i1 = __shfl_sync(kFull, si, 1);
+  t.j1 = __shfl_sync(kFull, sj, 1);
+  t.ns = int(t.i1 - t.i0);
+  t.ne = int(t.j1 - t.j0);
+  if (load_x) {
+    const Raw* xs = x + t.j0;
+#pragma unroll
+    for (int k = 0; k < detail::kFlatItemsPerLane; ++k) {
+      const int idx = k * 32 + lane;
+      if (idx < t.ne) t.s_x[idx] = xs[idx];
+    }
+  }
+  for (int k = lane; k < t.ns; k += 32) t.s_e[k] = q[t.i0 + k + 1] - t.j0;
+  __syncwarp();
+  return t;
+}
+
+// The lane's share of the tile: items [ld0, ld1) of the tile's merge items,
+// starting at (ti, tj) (segment, position; tile-relative).
+template <class Idx>
+__device__ __forceinline__ void flat_lane_split(const Idx* s_e, int ns, int ne, int lane, int& ti, int& tj,
+                                                int& items) {
+  const int tot = ns + ne;
+  const int ld0 = min(lane * detail::kFlatItemsPerLane, tot);
+  const int ld1 = min(ld0 + detail::kFlatItemsPerLane, tot);
+  merge_search(s_e, ns, ne, ld0, ti, tj);
+  items = ld1 - ld0;
+}
+
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
+                                                   const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W,
+                                                   Idx* __restrict__ tile_i, Idx* __restrict__ tile_j,
+                                                   typename Fn::A* __restrict__ carry,
+                                                   typename Fn::A* __restrict__ head) {
+  using A = typename Fn::A;
+  using Raw = typename Fn::Raw;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+  const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
+  if (w >= W) return;  // whole warps only
+  const auto t = flat_stage<Raw, Idx>(x, true, q, nseg, nel, w, smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(),
+                                      lane);
+  if (lane == 0) {
+    tile_i[w] = t.i0;
+    tile_j[w] = t.j0;
+  }
+  int ti, tj, items;
+  flat_lane_split(t.s_e, t.ns, t.ne, lane, ti, tj, items);
+  const int ti_start = ti;
+  A acc = fn.identity(), first = acc;
+  bool done_first = false;
+  auto c = fn.ctx(t.i0 + ti, 0);
+  while (items > 0) {
+    const int e = ti < t.ns ? int(t.s_e[ti]) : t.ne;
+    const int run = min(e - tj, items);
+    for (int k = 0; k < run; ++k) acc = fn.combine(acc, fn.value(c, t.j0 + tj + k, t.s_x[tj + k]));
+    tj += run;
+    items -= run;
+    if (items > 0) {  // the next item completes segment ti
+      if (!done_first) {
+        first = acc;
+        done_first = true;
+      } else {
+        fn.finish(t.i0 + ti, 0, acc);
+      }
+      acc = fn.identity();
+      ++ti;
+      --items;
+      c = fn.ctx(t.i0 + ti, 0);
+    }
+  }
+  // Warp segmented inclusive scan of (open segment, partial); keys are monotone.
+  Idx key = t.i0 + ti;
+  A val = acc;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const Idx k2 = __shfl_up_sync(kFull, key, off);
+    const A v2 = __shfl_up_sync(kFull, val, off);
+    if (lane >= off && k2 == key) val = fn.combine(v2, val);
+  }
+  Idx kin = __shfl_up_sync(kFull, key, 1);
+  const A vin = __shfl_up_sync(kFull, val, 1);
+  if (lane == 0) kin = -1;
+  if (done_first) {
+    const Idx v = t.i0 + ti_start;
+    const A r = kin == v ? fn.combine(vin, first) : first;
+    if (v == t.i0 && q[t.i0] < t.j0)
+      head[w] = r;  // began in an earlier tile: fixup combines
+    else
+      fn.finish(v, 0, r);
+  }
+  if (lane == 31) carry[w] = val;
+}
+
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
+                                                        typename Fn::Raw* __restrict__ gi,
+                                                        const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W) {
+  using Raw = typename Fn::Raw;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+  const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
+  if (w >= W) return;
+  const bool need_x = fn.needs_x();
+  const auto t = flat_stage<Raw, Idx>(x, need_x, q, nseg, nel, w,
+                                      smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
+  int ti, tj, items;
+  flat_lane_split(t.s_e, t.ns, t.ne, lane, ti, tj, items);
+  auto c = fn.ctx(t.i0 + ti, 0);
+  while (items > 0) {
+    const int e = ti < t.ns ? int(t.s_e[ti]) : t.ne;
+    const int run = min(e - tj, items);
+    for (int k = 0; k < run; ++k) {
+      const Raw xv = need_x ? t.s_x[tj + k] : Raw(0.0f);
+      t.s_x[tj + k] = fn.elem(c, t.j0 + tj + k, xv);  // own positions only: in place
+    }
+    tj += run;
+    items -= run;
+    if (items > 0) {
+      ++ti;
+      --items;
+      c = fn.ctx(t.i0 + ti, 0);
+    }
+  }
+  __syncwarp();
+  Raw* out = gi + t.j0;
+#pragma unroll
+  for (int k = 0; k < detail::kFlatItemsPerLane; ++k) {
+    const int idx = k * 32 + lane;
+    if (idx < t.ne) out[idx] = t.s_x[idx];
+  }
+}
+
+// ---------------------------------------------------------------- features (inner > 1)
+
+template <class Raw, int V>
+struct alignas(sizeof(Raw) * V) Vec {
+  Raw v[V];
+};
+
+template <class Raw, int V>
+__device__ __forceinline__ Vec<Raw, V> load_vec(const Raw* p) {
+  return *reinterpret_cast<const Vec<Raw, V>*>(p);
+}
+
+// Group geometry of the calling lane.
+template <class Idx>
+struct FeatLane {
+  Idx w, slab, f0;
+  int lig;
+};
+
+template <class Idx>
+__device__ __forceinline__ FeatLane<Idx> feat_lane(int G, int V, Idx slabs) {
+  const Idx gtid = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x);
+  const Idx gid = gtid / G;
+  FeatLane<Idx> l;
+  l.lig = int(gtid - gid * G);
+  l.w = gid / slabs;
+  l.slab = gid - l.w * slabs;
+  l.f0 = (l.slab * G + l.lig) * V;
+  return l;
+}
+
+template <class Fn, class Idx, int V>
+__global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
+                                                   const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W, Idx slabs,
+                                                   int G, Idx inner, Idx* __restrict__ tile_i,
+                                                   Idx* __restrict__ tile_j, typename Fn::A* __restrict__ carry,
+                                                   typename Fn::A* __restrict__ head) {
+  using A = typename Fn::A;
+  using Raw = typename Fn::Raw;
+  const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
+  if (l.w >= W || l.f0 >= inner) return;
+  const Idx total = nseg + nel;
+  const Idx d0 = l.w * Idx(detail::kFeatItems) < total ? l.w * Idx(detail::kFeatItems) : total;
+  const Idx d1 = total - d0 > Idx(detail::kFeatItems) ? d0 + Idx(detail::kFeatItems) : total;
+  Idx i0, j0, i1, j1;
+  merge_search_global(q + 1, nseg, nel, d0, i0, j0);
+  merge_search_global(q + 1, nseg, nel, d1, i1, j1);
+  if (l.slab == 0 && l.lig == 0) {
+    tile_i[l.w] = i0;
+    tile_j[l.w] = j0;
+  }
+  const bool crossing0 = q[i0] < j0;
+  A acc[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) acc[v] = fn.identity();
+  Idx j = j0;
+  for (Idx i = i0;; ++i) {
+    const Idx e = i < i1 ? q[i + 1] : j1;
+    typename Fn::Ctx c[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
+    const Raw* p = x + l.f0;
+    for (; j + 4 <= e; j += 4) {
+      Vec<Raw, V> r[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, r[u].v[v]));
+    }
+    for (; j < e; ++j) {
+      const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
+#pragma unroll
+      for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j, r.v[v]));
+    }
+    if (i == i1) break;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (i == i0 && crossing0)
+        head[l.w * inner + l.f0 + v] = acc[v];
+      else
+        fn.finish(i, l.f0 + v, acc[v]);
+      acc[v] = fn.identity();
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v) carry[l.w * inner + l.f0 + v] = acc[v];
+}
+
+template <class Fn, class Idx, int V>
+__global__ void __launch_bounds__(256) feat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
+                                                        typename Fn::Raw* __restrict__ gi,
+                                                        const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W,
+                                                        Idx slabs, int G, Idx inner) {
+  using Raw = typename Fn::Raw;
+  const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
+  if (l.w >= W || l.f0 >= inner) return;
+  const Idx total = nseg + nel;
+  const Idx d0 = l.w * Idx(detail::kFeatItems) < total ? l.w * Idx(detail::kFeatItems) : total;
+  const Idx d1 = total - d0 > Idx(detail::kFeatItems) ? d0 + Idx(detail::kFeatItems) : total;
+  Idx i0, j0, i1, j1;
+  merge_search_global(q + 1, nseg, nel, d0, i0, j0);
+  merge_search_global(q + 1, nseg, nel, d1, i1, j1);
+  const bool need_x = fn.needs_x();
+  Idx j = j0;
+  for (Idx i = i0; i <= i1; ++i) {
+    const Idx e = i < i1 ? q[i + 1] : j1;
+    typename Fn::Ctx c[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
+    for (; j < e; ++j) {
+      const Idx off = j * inner + l.f0;
+      Vec<Raw, V> r;
+      if (need_x) {
+        r = load_vec<Raw, V>(x + off);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) r.v[v] = Raw(0.0f);
+      }
+      Vec<Raw, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = fn.elem(c[v], j, r.v[v]);
+      *reinterpret_cast<Vec<Raw, V>*>(gi + off) = o;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- fix-up
+
+template <class Idx>
+__device__ __forceinline__ Idx first_carry_tile(const Idx* tile_i, Idx w, Idx t) {
+  // First k in [1, w] with tile_i[k] >= t; the carries for t are tiles [k-1, w).
+  Idx lo = 1, hi = w;
+  while (lo < hi) {
+    const Idx mid = lo + (hi - lo) / 2;
+    if (tile_i[mid] < t)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo - 1;
+}
+
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) fixup_short(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                                   const Idx* __restrict__ tile_j, Idx W, Idx nseg, Idx inner,
+                                                   const typename Fn::A* __restrict__ carry,
+                                                   const typename Fn::A* __restrict__ head, Idx* long_list,
+                                                   unsigned* long_count) {
+  using A = typename Fn::A;
+  const Idx id = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x);
+  if (id >= W * inner) return;
+  const Idx w = id / inner, f = id - w * inner;
+  const Idx t = tile_i[w];
+  const Idx next = w + 1 < W ? tile_i[w + 1] : nseg;
+  if (!(next > t && q[t] < tile_j[w])) return;
+  const Idx w0 = first_carry_tile(tile_i, w, t);
+  if (w - w0 > kShortFix) {
+    if (f == 0) long_list[atomicAdd(long_count, 1u)] = w;
+    return;
+  }
+  A acc = fn.identity();
+  for (Idx p = w0; p < w; ++p) acc = fn.combine(acc, carry[p * inner + f]);
+  fn.finish(t, f, fn.combine(acc, head[w * inner + f]));
+}
+
+// One block of 256 threads per long crossing segment: lanes x features (32, or 1
+// when inner == 1) by strided carries, then a fixed-order tree in shared memory.
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) fixup_long(Fn fn, const Idx* __restrict__ tile_i, Idx inner,
+                                                  const typename Fn::A* __restrict__ carry,
+                                                  const typename Fn::A* __restrict__ head,
+                                                  const Idx* __restrict__ long_list,
+                                                  const unsigned* __restrict__ long_count) {
+  using A = typename Fn::A;
+  __shared__ A sh[256];
+  if (blockIdx.x >= *long_count) return;
+  const Idx w = long_list[blockIdx.x];
+  const Idx t = tile_i[w];
+  const Idx w0 = first_carry_tile(tile_i, w, t);
+  const Idx cnt = w - w0;
+  const int FX = inner == 1 ? 1 : 32;
+  const int CY = 256 / FX;
+  const int fx = threadIdx.x % FX, cy = threadIdx.x / FX;
+  for (Idx f0 = 0; f0 < inner; f0 += FX) {
+    const Idx f = f0 + fx;
+    A acc = fn.identity();
+    if (f < inner)
+      for (Idx p = cy; p < cnt; p += CY) acc = fn.combine(acc, carry[(w0 + p) * inner + f]);
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = CY / 2; s > 0; s >>= 1) {
+      if (cy < s) sh[cy * FX + fx] = fn.combine(sh[cy * FX + fx], sh[(cy + s) * FX + fx]);
+      __syncthreads();
+    }
+    if (cy == 0 && f < inner) fn.finish(t, f, fn.combine(sh[fx], head[w * inner + f]));
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------- prod backward
+
+template <class T>
+__global__ void __launch_bounds__(256) prod_bwd_warp(const T* __restrict__ g, const T* __restrict__ x,
+                                                     T* __restrict__ gi, const int64_t* __restrict__ q, int64_t S,
+                                                     int64_t inner, int64_t slabs, dacc_t<T> start,
+                                                     int64_t nwarps, dacc_t<T>* __restrict__ pre_buf) {
+  // The prefix pass stores g * start * prefix in the accumulation type: in pre_buf
+  // for the 16-bit types (no double rounding, no half overflow between passes),
+  // in gi itself when T is its own accumulation type.
+  using A = dacc_t<T>;
+  auto put = [&](int64_t o, A v) {
+    if (pre_buf)
+      pre_buf[o] = v;
+    else
+      gi[o] = st<T>(v);
+  };
+  auto get = [&](int64_t o) -> A { return pre_buf ? pre_buf[o] : A(ld(gi[o])); };
+  const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (wid >= nwarps) return;
+  const int64_t seg = wid / slabs, slab = wid - seg * slabs;
+  const int64_t r = seg / S, s = seg - r * S;
+  const int64_t v = 1 + r * (S + 1) + s;
+  const int64_t b = q[v], e = q[v + 1];
+  if (inner == 1) {
+    const A gs = A(ld(g[seg])) * start;
+    A pre = A(1);
+    for (int64_t base = b; base < e; base += 32) {
+      const int64_t j = base + lane;
+      const A xv = j < e ? A(ld(x[j])) : A(1);
+      A inc = xv;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const A o = __shfl_up_sync(kFull, inc, off);
+        if (lane >= off) inc = o * inc;
+      }
+      A exc = __shfl_up_sync(kFull, inc, 1);
+      if (lane == 0) exc = A(1);
+      if (j < e) put(j, gs * (pre * exc));
+      pre = pre * __shfl_sync(kFull, inc, 31);
+    }
+    A suf = A(1);
+    const int64_t nchunks = (e - b + 31) / 32;
+    for (int64_t k = nchunks - 1; k >= 0; --k) {
+      const int64_t j = b + k * 32 + lane;
+      const A xv = j < e ? A(ld(x[j])) : A(1);
+      A inc = xv;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const A o = __shfl_down_sync(kFull, inc, off);
+        if (lane + off < 32) inc = inc * o;
+      }
+      A exc = __shfl_down_sync(kFull, inc, 1);
+      if (lane == 31) exc = A(1);
+      if (j < e) gi[j] = st<T>(get(j) * (exc * suf));
+      suf = __shfl_sync(kFull, inc, 0) * suf;
+    }
+    return;
+  }
+  const int64_t f = slab * 32 + lane;
+  if (f >= inner) return;
+  const A gs = A(ld(g[seg * inner + f])) * start;
+  A pre = A(1);
+  for (int64_t j = b; j < e; ++j) {
+    const int64_t o = j * inner + f;
+    put(o, gs * pre);
+    pre = pre * A(ld(x[o]));
+  }
+  A suf = A(1);
+  for (int64_t j = e - 1; j >= b; --j) {
+    const int64_t o = j * inner + f;
+    gi[o] = st<T>(get(o) * suf);
+    suf = suf * A(ld(x[o]));
+  }
+}
+
+}  // namespace segred::cuda

@@ -1,0 +1,7 @@
+// segment_reduce bwd instantiations for one dtype (compiled in parallel with the others).
+#include "src/cuda/segment_reduce_impl.cuh"
+
+namespace segred::cuda {
+template void run_bwd<double, int32_t>(const BwdArgs&);
+template void run_bwd<double, int64_t>(const BwdArgs&);
+}  // namespace segred::cuda

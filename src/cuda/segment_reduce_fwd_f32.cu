@@ -1,0 +1,7 @@
+// segment_reduce fwd instantiations for one dtype (compiled in parallel with the others).
+#include "src/cuda/segment_reduce_impl.cuh"
+
+namespace segred::cuda {
+template void run_fwd<float, int32_t>(const FwdArgs&);
+template void run_fwd<float, int64_t>(const FwdArgs&);
+}  // namespace segred::cuda

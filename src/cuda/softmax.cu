@@ -1,0 +1,262 @@
+// softmax family on CUDA: launch side. The geometry comes from the pure
+// softmax_geometry (the Plan's source); this file adds what only the device can
+// say: the SM count, pointer alignment (16-byte vectors or scalars), and launch
+// viability (occupancy must report a resident block, and for a cluster launch a
+// resident cluster; otherwise the block, then the cluster, is shrunk and the
+// geometry recomputed; an error names the kernel when nothing fits).
+// Strided inputs are copied to contiguous scratch first.
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <vector>
+
+#include "segred/error.h"
+#include "segred/trace.h"
+#include "src/core/softmax_geometry.h"
+#include "src/cuda/softmax_impl.cuh"
+#include "src/cuda/softmax_kernels.h"
+
+namespace segred::cuda {
+
+namespace {
+
+constexpr int kMaxDims = 8;
+struct Strided {
+  int nd = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+};
+
+template <class W>
+__global__ void softmax_strided_copy(W* dst, const W* src, int64_t n, Strided st) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i, off = 0;
+    for (int d = st.nd - 1; d >= 0; --d) {
+      const int64_t k = r % st.sizes[d];
+      r /= st.sizes[d];
+      off += k * st.strides[d];
+    }
+    dst[i] = src[off];
+  }
+}
+
+struct DeviceGuard {
+  int prev = 0;
+  explicit DeviceGuard(int dev) {
+    cudaGetDevice(&prev);
+    if (prev != dev) SEGRED_CUDA_CHECK(cudaSetDevice(dev), "softmax: cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(prev); }
+};
+
+int sm_count(int dev) {
+  static std::mutex mu;
+  static std::vector<int> cache;
+  std::lock_guard<std::mutex> lk(mu);
+  if (cache.size() <= size_t(dev)) cache.resize(size_t(dev) + 1, 0);
+  if (!cache[size_t(dev)]) {
+    int n = 0;
+    SEGRED_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "softmax: device query");
+    cache[size_t(dev)] = n;
+  }
+  return cache[size_t(dev)];
+}
+
+// Contiguous device copy of a strided view, in `keep` (freed after the stream's work).
+const void* contiguous(const char* op, const char* name, const TensorView& t, std::vector<void*>& keep,
+                       cudaStream_t s) {
+  if (t.is_contiguous()) return t.data;
+  SEGRED_CHECK(t.ndim() <= kMaxDims, ValueError, op, ": ", name, " has ", t.ndim(),
+               " dims; the CUDA backend copies strided inputs of up to ", kMaxDims, " dims");
+  Strided st;
+  st.nd = int(t.ndim());
+  for (int d = 0; d < st.nd; ++d) {
+    st.sizes[d] = t.sizes[size_t(d)];
+    st.strides[d] = t.strides[size_t(d)];
+  }
+  const int64_t n = t.numel();
+  const int es = dtype_size(t.dtype);
+  void* dst = nullptr;
+  SEGRED_CUDA_CHECK(cudaMallocAsync(&dst, size_t(n) * size_t(es), s), "softmax: scratch for a strided input");
+  keep.push_back(dst);
+  const int64_t grid = std::min<int64_t>((n + 255) / 256, 65535);
+  switch (es) {
+    case 2:
+      softmax_strided_copy<<<unsigned(grid), 256, 0, s>>>(static_cast<uint16_t*>(dst),
+                                                          static_cast<const uint16_t*>(t.data), n, st);
+      break;
+    case 4:
+      softmax_strided_copy<<<unsigned(grid), 256, 0, s>>>(static_cast<uint32_t*>(dst),
+                                                          static_cast<const uint32_t*>(t.data), n, st);
+      break;
+    default:
+      softmax_strided_copy<<<unsigned(grid), 256, 0, s>>>(static_cast<uint64_t*>(dst),
+                                                          static_cast<const uint64_t*>(t.data), n, st);
+      break;
+  }
+  SEGRED_CUDA_CHECK(cudaGetLastError(), "softmax: launch of the strided copy");
+  return dst;
+}
+
+sm::KernelFn pick(Direction dir, DType dt, bool log, bool i64, detail::SoftmaxKernel k, int vec) {
+  const bool f = dir == Direction::Fwd;
+  switch (dt) {
+    case DType::Float32: return f ? sm::pick_fwd_f32(log, i64, k, vec) : sm::pick_bwd_f32(log, i64, k, vec);
+    case DType::Float64: return f ? sm::pick_fwd_f64(log, i64, k, vec) : sm::pick_bwd_f64(log, i64, k, vec);
+    case DType::Float16: return f ? sm::pick_fwd_f16(log, i64, k, vec) : sm::pick_bwd_f16(log, i64, k, vec);
+    case DType::BFloat16: return f ? sm::pick_fwd_bf16(log, i64, k, vec) : sm::pick_bwd_bf16(log, i64, k, vec);
+    default: break;
+  }
+  throw TypeError("softmax: unsupported dtype on CUDA");
+}
+
+bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16) == 0; }
+
+// Try the geometry; true when occupancy reports a resident block (and cluster).
+bool viable(sm::KernelFn fn, const detail::SoftmaxGeometry& g, int as) {
+  const size_t smem = size_t(g.smem_bytes(as));
+  if (g.cluster > 8 &&
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(fn), cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, g.threads(), smem) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (n < 1) return false;
+  if (g.cluster > 1) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(g.grid));
+    cfg.blockDim = dim3(unsigned(g.threads()));
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(g.cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int nc = 0;
+    if (cudaOccupancyMaxActiveClusters(&nc, fn, &cfg) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (nc < 1) return false;
+  }
+  return true;
+}
+
+void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void* out, int device, void* stream) {
+  DeviceGuard guard(device);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  p.sm_count = sm_count(device);
+  const bool aligned = aligned16(a) && aligned16(b) && aligned16(out);
+  const int as = p.dtype == DType::Float64 ? 8 : 4;
+  // Candidates, largest first: the plan's caps, then a non-portable cluster
+  // dropped, then halved blocks.
+  std::vector<std::pair<int, int>> caps = {{p.max_threads, p.max_cluster}};
+  if (p.max_cluster > 8) caps.push_back({p.max_threads, 8});
+  for (int t = std::min(p.max_threads, 1024) / 2; t >= 32; t /= 2) caps.push_back({t, std::min(8, p.max_cluster)});
+  caps.push_back({32, 1});
+  for (auto [mt, mc] : caps) {
+    SoftmaxProblem q = p;
+    q.max_threads = mt;
+    q.max_cluster = mc;
+    const detail::SoftmaxGeometry g = detail::softmax_geometry(q, aligned);
+    sm::KernelFn fn = pick(p.direction, p.dtype, p.log, g.index_bits == 64, g.kernel, g.vec);
+    if (!viable(fn, g, as)) continue;
+    sm::Args args;
+    args.a = a;
+    args.b = b;
+    args.out = out;
+    args.outer = p.outer;
+    args.D = p.dim_size;
+    args.inner = p.inner;
+    args.lanes = g.lanes;
+    args.tx = g.tx;
+    args.ty = g.ty;
+    args.cluster = g.cluster;
+    args.chunks = g.chunks;
+    args.work = g.work;
+    const size_t smem = size_t(g.smem_bytes(as));
+    if (smem > 48 * 1024)
+      SEGRED_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                        detail::cat(op, ": shared memory opt-in"));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(g.grid));
+    cfg.blockDim = dim3(unsigned(g.threads()));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    if (g.cluster > 1) {
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = unsigned(g.cluster);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+    }
+    SEGRED_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, args), detail::cat(op, ": kernel launch"));
+    SEGRED_CUDA_CHECK(cudaGetLastError(), detail::cat(op, ": kernel launch"));
+    detail::record_launch(detail::softmax_cuda_path(q, g), {g.grid, 1, 1}, {g.threads(), 1, 1});
+    return;
+  }
+  throw DeviceError(detail::cat(op, ": no viable launch configuration (occupancy reports 0 resident blocks down to "
+                                    "32 threads without clusters)"));
+}
+
+// Scratch copies, freed in stream order when the call returns or throws.
+struct Keep {
+  std::vector<void*> v;
+  cudaStream_t s;
+  explicit Keep(cudaStream_t st) : s(st) {}
+  ~Keep() {
+    for (void* q : v) cudaFreeAsync(q, s);
+  }
+};
+
+const char* op_name(const SoftmaxProblem& p) {
+  if (p.direction == Direction::Fwd) return p.log ? "log_softmax" : "softmax";
+  return p.log ? "log_softmax_backward" : "softmax_backward";
+}
+
+}  // namespace
+
+void softmax_check_device_pointer(const char* op, const char* name, const TensorView& t) {
+  if (t.numel() == 0) return;
+  cudaPointerAttributes attr{};
+  const cudaError_t e = cudaPointerGetAttributes(&attr, t.data);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw ValueError(detail::cat(op, ": ", name, " is on ", to_string(t.device), " but its data is not CUDA device "
+                                 "memory (", cudaGetErrorString(e), ")"));
+  }
+  SEGRED_CHECK(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged, ValueError, op, ": ", name,
+               " is on ", to_string(t.device), " but its data is not CUDA device memory");
+}
+
+void softmax_fwd(const SoftmaxProblem& p, const TensorView& x, const TensorView& out, void* stream) {
+  const char* op = op_name(p);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  DeviceGuard guard(x.device.index);
+  Keep keep(s);
+  const void* xc = contiguous(op, "x", x, keep.v, s);
+  launch(op, p, xc, nullptr, out.data, x.device.index, stream);
+}
+
+void softmax_bwd(const SoftmaxProblem& p, const TensorView& grad, const TensorView& output,
+                 const TensorView& grad_input, void* stream) {
+  const char* op = op_name(p);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  DeviceGuard guard(output.device.index);
+  Keep keep(s);
+  const void* g = contiguous(op, "grad", grad, keep.v, s);
+  const void* y = contiguous(op, "output", output, keep.v, s);
+  launch(op, p, g, y, grad_input.data, output.device.index, stream);
+}
+
+}  // namespace segred::cuda

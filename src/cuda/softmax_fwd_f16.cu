@@ -1,0 +1,8 @@
+// softmax family, fwd, __half: the kernel instantiations (softmax_impl.cuh has
+// the versions and the math). One file per direction and dtype so builds run in
+// parallel.
+#include "src/cuda/softmax_impl.cuh"
+
+namespace segred::cuda::sm {
+SEGRED_SOFTMAX_PICK_DEF(fwd, f16, __half, true)
+}  // namespace segred::cuda::sm

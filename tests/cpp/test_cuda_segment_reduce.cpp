@@ -1,0 +1,549 @@
+// segment_reduce on CUDA (shared/TESTING.md): the CPU suite's cases repeated on
+// the device and compared with the float64 reference and with the CPU backend;
+// constructed ties with gradients of every sign; device metadata validated with
+// the CPU's messages; unsafe metadata clamped exactly like the CPU; every CUDA
+// path proven through the trace; and boundary execution past UINT32_MAX elements
+// for each path that has 32- and 64-bit variants.
+//
+// Every test skips when no CUDA device is present (CI), so the file builds and
+// runs everywhere; the GPU run is tools/gpu-check.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include "tests/cpp/segment_reduce_test_util.h"
+
+#ifdef SEGRED_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace segred::testing {
+namespace {
+
+#define SEGRED_NEED_GPU() \
+  if (::segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
+const DeviceRef kGpu{Device::CUDA, 0};
+const double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+Tensor dev(const TensorView& h) { return Tensor::copy_to(Tensor::contiguous_copy(h), kGpu); }
+Tensor host(const TensorView& d) { return Tensor::copy_to(d, DeviceRef{}); }
+
+#ifdef SEGRED_WITH_CUDA
+// A device tensor of `shape` with every byte 0xff (NaN in every float dtype).
+Tensor poisoned(const Shape& shape, DType t) {
+  Tensor d = Tensor::empty(shape, t, kGpu);
+  if (d.numel()) EXPECT_EQ(cudaMemset(d.data(), 0xff, size_t(d.numel()) * dtype_size(t)), cudaSuccess);
+  return d;
+}
+#endif
+
+// Equal values, NaN == NaN and -0 == +0 (NaN payloads and the sign of a zero
+// max may differ between backends that combine in different orders).
+bool same_values(const TensorView& a, const TensorView& b) {
+  const auto va = to_vec(a), vb = to_vec(b);
+  if (va.size() != vb.size()) return false;
+  for (size_t i = 0; i < va.size(); ++i)
+    if (!same_value(va[i], vb[i])) return false;
+  return true;
+}
+
+Segments dev_segments(const Layout& lay, const Tensor& meta_dev) { return segments_of(lay, meta_dev); }
+
+// Every path a call launched.
+std::set<std::string> paths_of(const TraceSession& ts) {
+  std::set<std::string> out;
+  for (const auto& r : ts.records()) {
+    EXPECT_EQ(r.backend, Backend::CUDA) << r.path;
+    EXPECT_GT(r.grid[0], 0) << r.path;
+    EXPECT_GT(r.block[0], 0) << r.path;
+    out.insert(r.path);
+  }
+  return out;
+}
+
+struct CudaCheck {
+  bool unsafe = false;
+  bool all_grads = false;  // also constant gradients -2.5, 0, 1
+};
+
+// Forward and backward of `lay` on CUDA against the float64 reference, the CPU
+// backend (max/min bitwise; others within the reference tolerance), poisoned
+// outputs, and run-to-run bit equality. Returns the CUDA paths reached.
+std::set<std::string> check_cuda(const Layout& lay, DType t, const std::string& reduce, const std::vector<double>& x_in,
+                                 std::mt19937_64& rng, const CudaCheck& opt = {}) {
+  std::set<std::string> reached;
+#ifdef SEGRED_WITH_CUDA
+  const std::vector<double> x = rounded(t, x_in);
+  SCOPED_TRACE(::testing::Message() << "CUDA reduce=" << reduce << " dtype=" << dtype_name(t) << " shape="
+                                    << shape_string(lay.shape) << " axis=" << lay.axis << " S=" << lay.S
+                                    << (lay.use_lengths ? " lengths" : " offsets") << " index="
+                                    << dtype_name(lay.index_dtype));
+  const Tensor data_h = make_tensor(x, lay.shape, t);
+  const Tensor meta_h = lay.meta();
+  const Tensor data = dev(data_h), meta = dev(meta_h);
+  Segments seg_h = segments_of(lay, meta_h), seg = dev_segments(lay, meta);
+  seg_h.unsafe = seg.unsafe = opt.unsafe;
+  const Reduce red = parse_reduce(reduce);
+  const reference::Problem prob = lay.problem();
+
+  Tensor out = poisoned(lay.out_shape(), t);
+  {
+    TraceSession ts;
+    segment_reduce_out(data, red, seg, out);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (const auto& p : paths_of(ts)) reached.insert(p);
+  }
+  const Tensor out_h = host(out);
+  const std::vector<double> got = to_vec(out_h);
+  expect_forward(lay, t, reduce, x, got, reference::forward(prob, x, canonical(reduce)));
+  const Tensor cpu_out = segment_reduce(data_h, red, seg_h);
+  if (is_tie_reduce(reduce)) EXPECT_TRUE(same_values(out_h, cpu_out)) << "CUDA max/min forward differs from the CPU";
+  {
+    Tensor out2 = poisoned(lay.out_shape(), t);
+    segment_reduce_out(data, red, seg, out2);
+    EXPECT_TRUE(same_bits(out_h, host(out2))) << "forward not bitwise reproducible";
+  }
+  std::vector<std::vector<double>> grads = {mixed_grads(rng, out.numel(), t)};
+  if (opt.all_grads)
+    for (double c : {-2.5, 0.0, 1.0}) grads.emplace_back(size_t(out.numel()), c);
+  const std::vector<std::string> ties = is_tie_reduce(reduce) ? std::vector<std::string>{"split", "first", "last"}
+                                                              : std::vector<std::string>{"split"};
+  for (const auto& tie : ties)
+    for (const auto& gv : grads) {
+      SCOPED_TRACE(::testing::Message() << "tie=" << tie << " grad[0]=" << (gv.empty() ? 0.0 : gv[0]));
+      const Tensor grad_h = make_tensor(gv, lay.out_shape(), t);
+      const Tensor grad = dev(grad_h);
+      Tensor gi = poisoned(lay.shape, t);
+      {
+        TraceSession ts;
+        segment_reduce_backward_out(grad, out, data, red, seg, parse_tie(tie), gi);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (const auto& p : paths_of(ts)) reached.insert(p);
+      }
+      const Tensor gi_h = host(gi);
+      expect_backward(lay, t, reduce, tie, to_vec(gi_h), reference::backward(prob, gv, got, x, canonical(reduce), tie));
+      const Tensor gi_cpu = segment_reduce_backward(grad_h, out_h, data_h, red, seg_h, parse_tie(tie));
+      if (is_tie_reduce(reduce) || canonical(reduce) == "sum")
+        EXPECT_TRUE(same_values(gi_h, gi_cpu)) << "CUDA backward differs from the CPU";
+      Tensor gi2 = poisoned(lay.shape, t);
+      segment_reduce_backward_out(grad, out, data, red, seg, parse_tie(tie), gi2);
+      EXPECT_TRUE(same_bits(gi_h, host(gi2))) << "backward not bitwise reproducible";
+    }
+#else
+  (void)lay, (void)t, (void)reduce, (void)x_in, (void)rng, (void)opt;
+#endif
+  return reached;
+}
+
+std::set<std::string> cuda_all_reduces(const Layout& lay, DType t, std::mt19937_64& rng, const CudaCheck& opt = {}) {
+  std::set<std::string> reached;
+  for (const char* r : kReduces) {
+    const int64_t n = numel(lay.shape);
+    for (const auto& p : check_cuda(lay, t, r, random_data(rng, n, r, t), rng, opt)) reached.insert(p);
+  }
+  return reached;
+}
+
+bool has(const std::set<std::string>& s, const char* p) { return s.count(p) > 0; }
+
+class CudaSegmentReduce : public ::testing::TestWithParam<DType> {};
+
+// ---------------------------------------------------------------------------
+// Paths, each proven through the trace.
+
+TEST_P(CudaSegmentReduce, FlatPathsI32AllReduces) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const Layout lay = from_lengths({3000}, 0, {random_lengths(rng, 3000, 40)});
+  const auto reached = cuda_all_reduces(lay, GetParam(), rng, {false, true});
+  EXPECT_TRUE(has(reached, "segment_reduce.fwd.cuda.flat.i32"));
+  EXPECT_TRUE(has(reached, "segment_reduce.bwd.cuda.flat.i32"));
+  EXPECT_TRUE(has(reached, "segment_reduce.bwd.cuda.prod_warp.i64"));
+}
+
+TEST_P(CudaSegmentReduce, FeaturesPathsI32AllReduces) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  // inner 4, 16, 64 (vector loads), 3 and 33 (scalar lanes), 130 (two slabs).
+  for (int64_t inner : {4, 16, 64, 3, 33, 130}) {
+    SCOPED_TRACE(inner);
+    const Layout lay = from_lengths({300, inner}, 0, {random_lengths(rng, 300, 20)});
+    const auto reached = cuda_all_reduces(lay, GetParam(), rng);
+    EXPECT_TRUE(has(reached, "segment_reduce.fwd.cuda.features.i32"));
+    EXPECT_TRUE(has(reached, "segment_reduce.bwd.cuda.features.i32"));
+    EXPECT_TRUE(has(reached, "segment_reduce.bwd.cuda.prod_warp.i64"));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The CPU suite's layouts on CUDA.
+
+TEST_P(CudaSegmentReduce, OffsetsInt32NotStartingAtZero) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  Layout a = from_offsets({50}, 0, {{3, 3, 10, 11, 40, 44}});
+  a.index_dtype = DType::Int32;
+  cuda_all_reduces(a, GetParam(), rng);
+  Layout b = from_offsets({50, 8}, 0, {{7, 9, 9, 30}});
+  b.index_dtype = DType::Int32;
+  cuda_all_reduces(b, GetParam(), rng);
+}
+
+TEST_P(CudaSegmentReduce, AwkwardSizes) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int64_t n : {1, 2, 31, 33, 59, 97, 1025, 4097}) {
+    SCOPED_TRACE(n);
+    cuda_all_reduces(from_lengths({n}, 0, {random_lengths(rng, n, 7)}), GetParam(), rng);
+    cuda_all_reduces(from_lengths({n}, 0, {{n}}), GetParam(), rng);  // one segment
+    cuda_all_reduces(from_lengths({n, 5}, 0, {random_lengths(rng, n, 9)}), GetParam(), rng);
+  }
+}
+
+TEST_P(CudaSegmentReduce, Axis1BatchedMetadataAndAxisMinusOne) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  cuda_all_reduces(from_lengths({3, 40}, 1, {{10, 0, 30}, {40, 0, 0}, {1, 2, 37}}), GetParam(), rng);
+  cuda_all_reduces(from_lengths({2, 37, 6}, 1, {{5, 32}, {0, 37}}), GetParam(), rng);
+  cuda_all_reduces(from_offsets({2, 3, 29}, -1, {{0, 4, 4, 29}, {2, 3, 20, 21}, {0, 0, 0, 0}, {29, 29, 29, 29},
+                                                  {1, 10, 11, 28}, {5, 6, 7, 8}}),
+                    GetParam(), rng);
+}
+
+TEST_P(CudaSegmentReduce, InitialAndEmptySegments) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (double init : {0.5, -3.0}) {
+    Layout lay = from_lengths({20, 3}, 0, {{0, 5, 0, 15, 0}});
+    lay.initial = init;
+    cuda_all_reduces(lay, GetParam(), rng);
+    Layout flat = from_lengths({20}, 0, {{0, 5, 0, 15, 0}});
+    flat.initial = init;
+    cuda_all_reduces(flat, GetParam(), rng);
+  }
+  cuda_all_reduces(from_lengths({0}, 0, {{0, 0, 0}}), GetParam(), rng);  // L = 0
+}
+
+// One segment spanning far more than 32 tiles beside many tiny ones: the long
+// fix-up (one block per crossing segment), the short one, and empty segments.
+TEST_P(CudaSegmentReduce, HugeSegmentBesideTinyOnes) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> lens(3000, 1);
+  lens[1500] = 60000;
+  lens[10] = 0;
+  int64_t L = 0;
+  for (auto v : lens) L += v;
+  for (const char* r : {"sum", "max", "min", "mean"})
+    check_cuda(from_lengths({L}, 0, {lens}), GetParam(), r, random_data(rng, L, r, GetParam()), rng);
+  std::vector<int64_t> lens2(200, 1);
+  lens2[100] = 9000;  // 9000 rows of 4 features: 9000 merge items / 32 per group
+  int64_t L2 = 0;
+  for (auto v : lens2) L2 += v;
+  for (const char* r : {"sum", "max", "prod"})
+    check_cuda(from_lengths({L2, 4}, 0, {lens2}), GetParam(), r, random_data(rng, L2 * 4, r, GetParam()), rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, CudaSegmentReduce, ::testing::ValuesIn(kFloatTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------------------
+// Constructed ties, gradients of every sign (SEMANTICS.md: split for every sign).
+
+TEST(CudaSegmentReduceTies, ConstructedTiesNegativeGradients) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(7);
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    for (int64_t inner : {1, 4}) {
+      // all equal; repeated max at the edges; -0/+0; +-inf ties; NaN; a lone max.
+      const std::vector<std::vector<double>> segs = {{2, 2, 2, 2},      {5, 1, 5, 0, 5}, {-0.0, 0.0, -0.0},
+                                                     {kInf, 1, kInf},   {-kInf, -kInf},  {1, kNaN, 3, kNaN},
+                                                     {3, 1, 2},         {7}};
+      std::vector<int64_t> lens;
+      std::vector<double> x;
+      for (const auto& s : segs) {
+        lens.push_back(int64_t(s.size()));
+        for (double v : s)
+          for (int64_t f = 0; f < inner; ++f) x.push_back(v);
+      }
+      const int64_t L = int64_t(x.size()) / inner;
+      const Layout lay = inner == 1 ? from_lengths({L}, 0, {lens}) : from_lengths({L, inner}, 0, {lens});
+      for (const char* r : {"max", "min", "amax", "amin"}) check_cuda(lay, t, r, x, rng, {false, true});
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Metadata on the device: validation (same messages as the CPU) and unsafe.
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ValueError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no error";
+}
+
+TEST(CudaSegmentReduceValidation, DeviceMetadataSameErrorsAsCpu) {
+  SEGRED_NEED_GPU();
+  const Tensor data_h = filled({10}, DType::Float32, 1.5);
+  const Tensor data = dev(data_h);
+  struct Bad {
+    std::vector<int64_t> v;
+    bool lengths;
+    const char* word;
+  };
+  const Bad bad[] = {{{3, -1, 8}, true, "lengths"},   {{3, 4, 4}, true, "lengths"},     {{3, 4, 2}, true, "lengths"},
+                     {{0, 7, 3, 10}, false, "offsets"}, {{-1, 3, 10}, false, "offsets"}, {{0, 3, 11}, false, "offsets"}};
+  for (const auto& b : bad)
+    for (DType it : {DType::Int32, DType::Int64}) {
+      const Tensor m_h = make_index(b.v, {int64_t(b.v.size())}, it);
+      const Tensor m = dev(m_h);
+      Segments sh, sd;
+      (b.lengths ? sh.lengths : sh.offsets) = m_h.view();
+      (b.lengths ? sd.lengths : sd.offsets) = m.view();
+      const std::string cpu = error_of([&] { segment_reduce(data_h, Reduce::Sum, sh); });
+      const std::string gpu = error_of([&] { segment_reduce(data, Reduce::Sum, sd); });
+      EXPECT_NE(gpu.find(b.word), std::string::npos) << gpu;
+      EXPECT_EQ(gpu, cpu);
+      const Tensor g = dev(filled({int64_t(b.v.size()) - (b.lengths ? 0 : 1)}, DType::Float32, 1.0));
+      const std::string bwd = error_of([&] { segment_reduce_backward(g, g, data, Reduce::Max, sd); });
+      EXPECT_NE(bwd.find(b.word), std::string::npos) << bwd;
+    }
+  // Metadata on the CPU with data on CUDA: a clear error naming the argument.
+  Segments mixed;
+  const Tensor m_h = make_index({10}, {1}, DType::Int64);
+  mixed.lengths = m_h.view();
+  EXPECT_NE(error_of([&] { segment_reduce(data, Reduce::Sum, mixed); }).find("lengths"), std::string::npos);
+}
+
+// unsafe = true: no validation, segments clamped on the device exactly as the CPU
+// clamps them (max/min compared bitwise, sum on integers exactly).
+TEST(CudaSegmentReduceUnsafe, BadMetadataClampedLikeTheCpu) {
+  SEGRED_NEED_GPU();
+  struct Case {
+    Shape shape;
+    int64_t axis;
+    std::vector<int64_t> meta;
+    Shape meta_shape;
+    bool lengths;
+  };
+  const Case cases[] = {
+      {{10}, 0, {3, 4, 50}, {3}, true},          {{10}, 0, {3, -4, 5, 2}, {4}, true},
+      {{10}, 0, {-100, 200, -7, 3}, {4}, true},  {{10, 3}, 0, {int64_t(1) << 62, 5}, {2}, true},
+      {{2, 10}, 1, {1, 2, 3, 40, -5, 1}, {2, 3}, true}, {{10}, 0, {0, 0, 0}, {3}, true},
+      {{10}, 0, {0, 7, 3, 10}, {4}, false},      {{10}, 0, {2, 5, 30}, {3}, false},
+      {{10}, 0, {-5, 3, 8}, {3}, false},         {{10}, 0, {50, 60}, {2}, false},
+      {{10, 2}, 0, {9, -3, 4, int64_t(1) << 40}, {4}, false},
+      {{3, 10}, 1, {0, 5, 10, 10, 5, 0, -1, 11, 12}, {3, 3}, false}};
+  for (const auto& c : cases)
+    for (DType it : {DType::Int32, DType::Int64}) {
+      if (it == DType::Int32 && std::any_of(c.meta.begin(), c.meta.end(), [](int64_t v) { return v > (1 << 30); }))
+        continue;
+      SCOPED_TRACE(::testing::Message() << "meta=" << shape_string(c.meta) << " " << dtype_name(it));
+      std::vector<double> x(size_t(numel(c.shape)));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = double(int64_t(i * 7 % 11) - 5);
+      const Tensor d_h = make_tensor(x, c.shape, DType::Float32), d = dev(d_h);
+      const Tensor m_h = make_index(c.meta, c.meta_shape, it), m = dev(m_h);
+      Segments sh, sd;
+      (c.lengths ? sh.lengths : sh.offsets) = m_h.view();
+      (c.lengths ? sd.lengths : sd.offsets) = m.view();
+      sh.axis = sd.axis = c.axis;
+      sh.unsafe = sd.unsafe = true;
+      for (Reduce r : {Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Prod, Reduce::Mean}) {
+        const Tensor yc = segment_reduce(d_h, r, sh);
+        const Tensor yg = host(segment_reduce(d, r, sd));
+        EXPECT_TRUE(same_values(yc, yg)) << "forward " << to_string(r);
+        const Tensor g_h = make_tensor(std::vector<double>(size_t(yc.numel()), -1.5), yc.sizes(), DType::Float32);
+        const Tensor gc = segment_reduce_backward(g_h, yc, d_h, r, sh);
+        const Tensor gg = host(segment_reduce_backward(dev(g_h), dev(yc), d, r, sd));
+        EXPECT_TRUE(same_values(gc, gg)) << "backward " << to_string(r);
+      }
+    }
+}
+
+TEST(CudaSegmentReduce, NonContiguousEqualsContiguous) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(11);
+  // data [6, 40] viewed transposed as [40, 6] (axis 0 of the view, inner 6).
+  const std::vector<double> x = random_data(rng, 240, "max", DType::Float32);
+  const Tensor base = dev(make_tensor(x, {6, 40}, DType::Float32));
+  const TensorView tv(base.data(), DType::Float32, {40, 6}, {1, 40}, kGpu);
+  const Tensor contig = dev(Tensor::contiguous_copy(TensorView(host(base).data(), DType::Float32, {40, 6}, {1, 40})));
+  const Tensor len = dev(make_index({10, 0, 25, 5}, {4}, DType::Int64));
+  Segments seg;
+  seg.lengths = len.view();
+  for (Reduce r : {Reduce::Sum, Reduce::Max, Reduce::Prod}) {
+    const Tensor a = host(segment_reduce(tv, r, seg)), b = host(segment_reduce(contig, r, seg));
+    EXPECT_TRUE(same_bits(a, b)) << to_string(r);
+    const Tensor g = dev(make_tensor(mixed_grads(rng, 24, DType::Float32), {4, 6}, DType::Float32));
+    const Tensor y = dev(b);
+    EXPECT_TRUE(same_bits(host(segment_reduce_backward(g, y, tv, r, seg)),
+                          host(segment_reduce_backward(g, y, contig, r, seg))));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Boundary execution past UINT32_MAX elements: the smallest shape that reaches
+// each 64-bit path, values chosen so the expected result is exact, checked at
+// the start and the end of the tensor.
+
+#ifdef SEGRED_WITH_CUDA
+bool enough_memory(size_t need, std::string& why) {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return false;
+  why = detail::cat("needs ", need >> 20, " MiB of device memory, ", free_b >> 20, " MiB free");
+  return free_b > need + (size_t(512) << 20);
+}
+
+void put_half(void* base, int64_t i, double v) {
+  const half_t h = to_half(float(v));
+  ASSERT_EQ(cudaMemcpy(static_cast<half_t*>(base) + i, &h, 2, cudaMemcpyHostToDevice), cudaSuccess);
+}
+std::vector<double> get_half(const void* base, int64_t i, int64_t n) {
+  std::vector<half_t> h(static_cast<size_t>(n));
+  EXPECT_EQ(cudaMemcpy(h.data(), static_cast<const half_t*>(base) + i, size_t(n) * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  std::vector<double> v;
+  for (auto e : h) v.push_back(to_float(e));
+  return v;
+}
+
+// float16 0x3c3c = 1.05859375 = 271/256: sums of up to 2^13 of them are exact in
+// float32 whatever the order, and 1024 of them (1084) is exact in float16.
+constexpr double kFill = 271.0 / 256.0;
+constexpr int kFillByte = 0x3c;
+
+struct Boundary {
+  int64_t L, inner, seg_len, S;
+  Tensor data, meta;
+  Segments seg;
+};
+
+Boundary boundary_problem(int64_t L, int64_t inner, int64_t seg_len) {
+  Boundary b;
+  b.L = L;
+  b.inner = inner;
+  b.seg_len = seg_len;
+  b.S = (L + seg_len - 1) / seg_len;
+  b.data = Tensor::empty(inner == 1 ? Shape{L} : Shape{L, inner}, DType::Float16, kGpu);
+  EXPECT_EQ(cudaMemset(b.data.data(), kFillByte, size_t(L * inner) * 2), cudaSuccess);
+  std::vector<int64_t> lens(size_t(b.S), seg_len);
+  lens.back() = L - seg_len * (b.S - 1);
+  b.meta = Tensor::copy_to(make_index(lens, {b.S}, DType::Int64), kGpu);
+  b.seg.lengths = b.meta.view();
+  return b;
+}
+
+std::string only_path(const TraceSession& ts) {
+  std::set<std::string> p;
+  for (const auto& r : ts.records()) p.insert(r.path);
+  return p.size() == 1 ? *p.begin() : "several paths: " + std::to_string(p.size());
+}
+
+// Forward sum then backward max (tie split) on one boundary problem. Markers: the
+// first element 2.0 and the last 3.0 (unique maxima of the first and last
+// segments); every other segment is all-equal (a tie of seg_len elements).
+void run_boundary(int64_t L, int64_t inner, int64_t seg_len, const char* fwd_path, const char* bwd_path) {
+  const size_t bytes = size_t(L * inner) * 2;
+  std::string why;
+  if (!enough_memory(2 * bytes, why)) GTEST_SKIP() << "boundary test " << why;
+  std::printf("[ boundary ] %s: %lld x %lld float16 (%.2f GiB per tensor), %s\n", fwd_path, (long long)L,
+              (long long)inner, double(bytes) / double(1ull << 30), why.c_str());
+  Boundary b = boundary_problem(L, inner, seg_len);
+  ASSERT_GT(numel(b.data.sizes()), int64_t(UINT32_MAX));
+  for (int64_t f = 0; f < inner; ++f) {
+    put_half(b.data.data(), f, 2.0);
+    put_half(b.data.data(), (L - 1) * inner + f, 3.0);
+  }
+  const int64_t last_len = L - seg_len * (b.S - 1);
+  // Forward sum.
+  Tensor out = Tensor::empty(inner == 1 ? Shape{b.S} : Shape{b.S, inner}, DType::Float16, kGpu);
+  {
+    TraceSession ts;
+    segment_reduce_out(b.data, Reduce::Sum, b.seg, out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(only_path(ts), fwd_path);
+  }
+  const auto head = get_half(out.data(), 0, 2 * inner), tail = get_half(out.data(), (b.S - 2) * inner, 2 * inner);
+  for (int64_t f = 0; f < inner; ++f) {
+    EXPECT_EQ(head[size_t(f)], round_to(DType::Float16, kFill * double(seg_len - 1) + 2.0)) << "out[0]";
+    EXPECT_EQ(head[size_t(inner + f)], round_to(DType::Float16, kFill * double(seg_len))) << "out[1]";
+    EXPECT_EQ(tail[size_t(f)], round_to(DType::Float16, kFill * double(seg_len))) << "out[S-2]";
+    EXPECT_EQ(tail[size_t(inner + f)], round_to(DType::Float16, kFill * double(last_len - 1) + 3.0)) << "out[S-1]";
+  }
+  // Forward max, then backward max with tie split and g = -2 (negative: split anyway).
+  Tensor y = Tensor::empty(out.sizes(), DType::Float16, kGpu);
+  segment_reduce_out(b.data, Reduce::Max, b.seg, y);
+  Tensor g = Tensor::empty(out.sizes(), DType::Float16, kGpu);
+  {
+    std::vector<half_t> gv(size_t(out.numel()), to_half(-2.0f));
+    ASSERT_EQ(cudaMemcpy(g.data(), gv.data(), gv.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  out = Tensor();  // free before the gradient
+  Tensor gi = Tensor::empty(b.data.sizes(), DType::Float16, kGpu);
+  {
+    TraceSession ts;
+    segment_reduce_backward_out(g, y, b.data, Reduce::Max, b.seg, Tie::Split, gi);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(only_path(ts), bwd_path);
+  }
+  const int64_t n = 2 * seg_len * inner;
+  const auto gh = get_half(gi.data(), 0, n), gt = get_half(gi.data(), L * inner - n, n);
+  const double split = round_to(DType::Float16, -2.0 / double(seg_len));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t row = i / inner;
+    EXPECT_EQ(gh[size_t(i)], row == 0 ? -2.0 : row < seg_len ? 0.0 : split) << "grad_input[" << i << "]";
+    const int64_t trow = L - n / inner + row;  // absolute row of gt[i]
+    const int64_t seg_begin = seg_len * (b.S - 1);
+    const double want = trow == L - 1 ? -2.0 : trow >= seg_begin ? 0.0 : split;
+    if (gt[size_t(i)] != want) {
+      ADD_FAILURE() << "grad_input row " << trow << ": got " << gt[size_t(i)] << ", expected " << want;
+      break;
+    }
+  }
+}
+#endif
+
+TEST(CudaSegmentReduceBoundary, FlatI64PastUint32Max) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  // 2^32 + 2^20 + 3 float16 elements (8.6 GB), segments of 1024 (the last one 3+2^20%...).
+  run_boundary((int64_t(1) << 32) + (int64_t(1) << 20) + 3, 1, 1024, "segment_reduce.fwd.cuda.flat.i64",
+               "segment_reduce.bwd.cuda.flat.i64");
+#endif
+}
+
+TEST(CudaSegmentReduceBoundary, FeaturesI64PastUint32Max) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  // [2^29 + 5, 8] float16 = 2^32 + 40 elements (8.6 GB), segments of 128 rows.
+  run_boundary((int64_t(1) << 29) + 5, 8, 128, "segment_reduce.fwd.cuda.features.i64",
+               "segment_reduce.bwd.cuda.features.i64");
+#endif
+}
+
+}  // namespace
+}  // namespace segred::testing

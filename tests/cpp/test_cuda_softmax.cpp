@@ -1,0 +1,500 @@
+// CUDA softmax family on the GPU (shared/TESTING.md): the CPU backend's kinds of
+// cases repeated on CUDA against the CPU backend and the float64 reference, on
+// every CUDA path (trace-asserted) at 32 and 64 bits, special values on every
+// path, strided inputs, and the boundary runs past 2^31 / UINT32_MAX elements
+// (tests named CudaSoftmaxHuge.*: each states its memory need and skips when the
+// GPU lacks it). Skips everything when no GPU is present.
+#include <gtest/gtest.h>
+
+#include "segred/segred.h"
+
+#ifdef SEGRED_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+
+#include "src/core/softmax_geometry.h"
+#include "src/reference/softmax_ref.h"
+
+namespace {
+
+using namespace segred;
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+constexpr DeviceRef kGpu{Device::CUDA, 0};
+
+#define SKIP_WITHOUT_GPU() \
+  if (segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+template <class T> T from_double(double v) { return store<T>(acc_t<T>(v)); }
+template <class T> double to_double(T v) { return double(load(v)); }
+
+template <class T> struct Tol;
+template <> struct Tol<double> { static constexpr double rel = 1e-12, abs = 1e-12; };
+template <> struct Tol<float> { static constexpr double rel = 4e-6, abs = 4e-6; };
+template <> struct Tol<half_t> { static constexpr double rel = 2.0 / 1024, abs = 1e-5; };
+template <> struct Tol<bfloat16_t> { static constexpr double rel = 2.0 / 128, abs = 1e-5; };
+
+// NaN meets NaN, infinities are equal, finite values within rel*|want| + abs*scale.
+template <class T>
+::testing::AssertionResult close(const std::vector<double>& got, const std::vector<double>& want, double scale,
+                                 double slack = 1.0) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (std::isnan(w) || std::isnan(g)) {
+      if (std::isnan(w) && std::isnan(g)) continue;
+      return ::testing::AssertionFailure() << "at " << i << ": got " << g << ", want " << w;
+    }
+    if (std::isinf(w) || std::isinf(g)) {
+      if (g == w) continue;
+      return ::testing::AssertionFailure() << "at " << i << ": got " << g << ", want " << w;
+    }
+    const double tol = slack * (Tol<T>::rel * std::fabs(w) + Tol<T>::abs * scale);
+    if (std::fabs(g - w) > tol)
+      return ::testing::AssertionFailure() << "at " << i << ": got " << g << ", want " << w << " (tol " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+template <class T> Tensor to_gpu(const std::vector<double>& v, const Shape& shape) {
+  Tensor h = Tensor::empty(shape, dtype_of<T>());
+  for (size_t i = 0; i < v.size(); ++i) h.ptr<T>()[i] = from_double<T>(v[i]);
+  return Tensor::copy_to(h, kGpu);
+}
+template <class T> std::vector<double> to_host(const TensorView& d) {
+  Tensor h = Tensor::copy_to(d, DeviceRef{});
+  std::vector<double> o(size_t(h.numel()));
+  for (size_t i = 0; i < o.size(); ++i) o[i] = to_double(h.ptr<T>()[i]);
+  return o;
+}
+template <class T> std::vector<double> rounded(const std::vector<double>& v) {
+  std::vector<double> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = to_double(from_double<T>(v[i]));
+  return o;
+}
+void poison(const TensorView& t) {
+  ASSERT_EQ(cudaMemset(t.data, 0xff, size_t(t.numel()) * size_t(dtype_size(t.dtype))), cudaSuccess);  // NaN
+}
+
+// Every CUDA softmax path reached by this file (a coverage proof that also holds
+// under --gtest_filter, which disables coverage_main's verdict).
+std::set<std::string>& reached() {
+  static std::set<std::string> s;
+  return s;
+}
+
+struct Geo {
+  Shape shape;
+  int64_t dim;
+};
+
+// Shapes that reach every kernel shape: lane groups of 1..32 lanes, a block per
+// row, clusters, streaming rows; spatial tiles with D in registers, a cluster
+// over D, streaming D; vector and scalar widths; awkward sizes.
+const std::vector<Geo>& shapes() {
+  static const std::vector<Geo> s = {
+      {{7, 1}, -1},        {{9, 2}, -1},         {{5, 31}, -1},       {{6, 33}, -1},      {{4, 59}, -1},
+      {{3, 97}, -1},       {{40, 128}, -1},      {{5, 512}, -1},      {{3, 513}, -1},     {{2, 1025}, -1},
+      {{3, 4097}, -1},     {{2, 16384}, -1},     {{3, 40000}, -1},    {{1, 300001}, -1},  {{2, 3, 4, 5}, 3},
+      {{3, 5, 7}, 1},      {{2, 33, 64}, 1},     {{4, 97, 8}, 1},     {{2, 1025, 16}, 1}, {{1, 5000, 32}, 1},
+      {{2, 40000, 4}, 1},  {{3, 2, 1031}, 1},    {{2, 3, 5, 7}, 0},   {{1, 4, 3000}, 1},  {{6, 1, 9}, 1},
+      {{4096, 8}, 0},      {{33, 2, 5}, 2},
+  };
+  return s;
+}
+
+// Random x with special columns: column 0 all -inf, 1 one NaN, 2 one +inf, 3 half -inf.
+std::vector<double> make_input(const reference::SoftmaxShape& s, std::mt19937& rng, bool specials) {
+  std::uniform_real_distribution<double> u(-4.0, 4.0);
+  std::vector<double> x(s.size());
+  for (auto& v : x) v = u(rng);
+  if (!specials) return x;
+  const int64_t ncols = s.outer * s.inner;
+  auto col = [&](int64_t c, int64_t d) -> double& { return x[s.at(c / s.inner, d, c % s.inner)]; };
+  if (ncols > 0)
+    for (int64_t d = 0; d < s.D; ++d) col(0, d) = -kInf;
+  if (ncols > 1) col(1, s.D / 2) = kNaN;
+  if (ncols > 2) col(2, s.D - 1) = kInf;
+  if (ncols > 3)
+    for (int64_t d = 0; d < s.D; d += 2) col(3, d) = -kInf;
+  return x;
+}
+
+template <class T>
+void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937& rng) {
+  const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<T>(), dir, log, Backend::CUDA);
+  const reference::SoftmaxShape rs{p.outer, p.dim_size, p.inner};
+  std::string what = shape_string(c.shape) + " dim " + std::to_string(c.dim) + (log ? " log" : "") +
+                     (dir == Direction::Fwd ? " fwd " : " bwd ") + dtype_name(dtype_of<T>()) + (force64 ? " i64" : "");
+  SCOPED_TRACE(what);
+  const std::vector<double> x = rounded<T>(make_input(rs, rng, true));
+  detail::softmax_force_index64() = force64;
+  TraceSession trace;
+  std::vector<double> got, want, cpu;
+  double scale = 1.0;
+  if (dir == Direction::Fwd) {
+    Tensor xd = to_gpu<T>(x, c.shape);
+    Tensor out = Tensor::empty(c.shape, dtype_of<T>(), kGpu);
+    poison(out);
+    if (log) log_softmax_out(xd, c.dim, out);
+    else softmax_out(xd, c.dim, out);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    got = to_host<T>(out);
+    want = reference::softmax_forward(rs, x, log);
+    Tensor xh = Tensor::copy_to(xd, DeviceRef{});
+    cpu = to_host<T>(log ? log_softmax(xh, c.dim) : softmax(xh, c.dim));
+    if (log) scale = 8.0;  // |x - m| up to 8 + log D: absolute error of the subtraction
+  } else {
+    std::vector<double> y = rounded<T>(reference::softmax_forward(rs, x, log));
+    std::uniform_real_distribution<double> u(-2.0, 2.0);
+    std::vector<double> g(y.size());
+    for (size_t i = 0; i < g.size(); ++i) g[i] = (i % 7 == 3) ? 0.0 : u(rng);  // every sign, zeros
+    g = rounded<T>(g);
+    Tensor gd = to_gpu<T>(g, c.shape), yd = to_gpu<T>(y, c.shape);
+    Tensor gi = Tensor::empty(c.shape, dtype_of<T>(), kGpu);
+    poison(gi);
+    if (log) log_softmax_backward_out(gd, yd, c.dim, gi);
+    else softmax_backward_out(gd, yd, c.dim, gi);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    got = to_host<T>(gi);
+    want = reference::softmax_backward(rs, g, y, log);
+    Tensor gh = Tensor::copy_to(gd, DeviceRef{}), yh = Tensor::copy_to(yd, DeviceRef{});
+    cpu = to_host<T>(log ? log_softmax_backward(gh, yh, c.dim) : softmax_backward(gh, yh, c.dim));
+    // |sum| grows with D for log_softmax (sum g) and stays below max|g| for softmax.
+    scale = log ? 2.0 * std::sqrt(double(p.dim_size)) + 2.0 : 2.0;
+  }
+  detail::softmax_force_index64() = false;
+  const auto recs = trace.records();
+  ASSERT_GE(recs.size(), 1u);
+  const std::string path = recs.back().path;
+  reached().insert(path);
+  EXPECT_EQ(path_info(path).backend, Backend::CUDA);
+  EXPECT_EQ(path_info(path).index_bits, force64 ? 64 : 32) << path;
+  EXPECT_EQ(path.substr(0, path.rfind('.')), std::string(plan_softmax(p).path).substr(0, path.rfind('.')))
+      << "trace " << path << " vs plan " << plan_softmax(p).path;
+  EXPECT_TRUE(close<T>(got, want, scale)) << path;
+  EXPECT_TRUE(close<T>(got, cpu, scale, 2.0)) << path << " (vs the CPU backend)";
+}
+
+template <class T> class CudaSoftmax : public ::testing::Test {};
+using Dtypes = ::testing::Types<float, double, half_t, bfloat16_t>;
+struct DtypeName {
+  template <class T> static std::string GetName(int) { return std::string(dtype_name(dtype_of<T>())); }
+};
+TYPED_TEST_SUITE(CudaSoftmax, Dtypes, DtypeName);
+
+// Every shape x {softmax, log_softmax} x {fwd, bwd}, special columns included,
+// against the float64 reference and the CPU backend; 32-bit plans.
+TYPED_TEST(CudaSoftmax, EveryPathAgainstReferenceAndCpuI32) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(1234);
+  for (const Geo& c : shapes())
+    for (bool log : {false, true})
+      for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<TypeParam>(c, log, dir, false, rng);
+}
+
+// The same with the 64-bit kernels forced on (the boundary tests reach them past
+// 2^31; this proves their arithmetic on every geometry, also under the sanitizers).
+TYPED_TEST(CudaSoftmax, EveryPathAgainstReferenceAndCpuI64) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(4321);
+  for (const Geo& c : shapes())
+    for (bool log : {false, true})
+      for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<TypeParam>(c, log, dir, true, rng);
+}
+
+TEST(CudaSoftmaxTrace, EveryCudaSoftmaxPathReached) {
+  SKIP_WITHOUT_GPU();
+  if (reached().empty()) GTEST_SKIP() << "the path tests did not run in this invocation";
+  for (const PathInfo& info : paths())
+    if (info.backend == Backend::CUDA && (info.op == "softmax" || info.op == "log_softmax"))
+      EXPECT_TRUE(reached().count(std::string(info.name))) << info.name << " was never reached";
+}
+
+TEST(CudaSoftmaxTrace, LaunchRecordsGridAndBlock) {
+  SKIP_WITHOUT_GPU();
+  Tensor x = to_gpu<float>(std::vector<double>(64 * 262144, 0.5), {64, 262144});
+  TraceSession t;
+  Tensor y = softmax(x, -1);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto r = t.records();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].path, "softmax.fwd.cuda.lastdim_block.i32");
+  EXPECT_EQ(r[0].backend, Backend::CUDA);
+  EXPECT_GE(r[0].grid[0], 132) << "64 long rows must fill the GPU";
+  EXPECT_GT(r[0].block[0], 0);
+  const auto h = to_host<float>(y);
+  EXPECT_DOUBLE_EQ(h.front(), 1.0 / 262144);
+  EXPECT_DOUBLE_EQ(h.back(), 1.0 / 262144);
+}
+
+TEST(CudaSoftmaxApi, StridedInputsEqualContiguous) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(-3, 3);
+  std::vector<double> v(6 * 40);
+  for (auto& e : v) e = u(rng);
+  Tensor a = to_gpu<float>(v, {6, 40});
+  // The transpose [40, 6] as a strided view.
+  TensorView t(a.data(), DType::Float32, {40, 6}, {1, 40}, kGpu);
+  Tensor contig = Tensor::empty({40, 6}, DType::Float32);
+  for (int64_t i = 0; i < 40; ++i)
+    for (int64_t j = 0; j < 6; ++j) contig.ptr<float>()[i * 6 + j] = float(v[size_t(j * 40 + i)]);
+  Tensor cd = Tensor::copy_to(contig, kGpu);
+  for (int64_t dim : {0, 1}) {
+    EXPECT_EQ(to_host<float>(softmax(t, dim)), to_host<float>(softmax(cd, dim)));
+    EXPECT_EQ(to_host<float>(log_softmax_backward(t, t, dim)), to_host<float>(log_softmax_backward(cd, cd, dim)));
+  }
+}
+
+TEST(CudaSoftmaxApi, EmptyAndHostPointerRules) {
+  SKIP_WITHOUT_GPU();
+  Tensor e = Tensor::empty({3, 0}, DType::Float32, kGpu);
+  TraceSession t;
+  Tensor r = softmax(e, 1);
+  EXPECT_EQ(r.numel(), 0);
+  EXPECT_TRUE(t.records().empty());
+  std::vector<float> host(12, 1.0f);
+  EXPECT_THROW(softmax(TensorView(host.data(), DType::Float32, {3, 4}, {}, kGpu), 1), ValueError);
+}
+
+TEST(CudaSoftmaxApi, DeterministicAcrossRuns) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(-5, 5);
+  std::vector<double> v(3 * 300001);
+  for (auto& e : v) e = u(rng);
+  Tensor x = to_gpu<float>(v, {3, 300001});
+  const auto a = to_host<float>(softmax(x, 1));
+  const auto b = to_host<float>(softmax(x, 1));
+  EXPECT_EQ(a, b);
+}
+
+// ---- boundary execution past 2^31 / UINT32_MAX elements (float16) -------------
+//
+// Values: interior elements from a byte pattern (cudaMemset), the first and last
+// few elements patched; every expected value is exact in float16. A kernel whose
+// offsets wrap reads or writes the wrong element at the end of the tensor.
+
+constexpr uint8_t kBig = 0xfb;    // 0xfbfb = -65184 in float16: exp(-65184 - m) is 0 exactly
+constexpr uint8_t kOne = 0x3c;    // 0x3c3c = 1.05859375
+constexpr uint8_t kZero = 0x00;   // 0
+constexpr uint8_t kHalfP = 0x38;  // 0x3838 = 0.52734375
+
+double h(uint8_t b) { return to_double(half_t{uint16_t(b | (b << 8))}); }
+
+struct Patch {
+  int64_t at;
+  double v;
+};
+
+class HugeBuffer {
+ public:
+  HugeBuffer(int64_t n, uint8_t fill) : n_(n) {
+    if (cudaMalloc(&p_, size_t(n) * 2) != cudaSuccess) {
+      cudaGetLastError();
+      p_ = nullptr;
+      return;
+    }
+    cudaMemset(p_, fill, size_t(n) * 2);
+  }
+  ~HugeBuffer() {
+    if (p_) cudaFree(p_);
+  }
+  bool ok() const { return p_ != nullptr; }
+  void patch(const std::vector<Patch>& ps) {
+    for (const Patch& q : ps) {
+      const half_t v = from_double<half_t>(q.v);
+      cudaMemcpy(static_cast<char*>(p_) + q.at * 2, &v, 2, cudaMemcpyHostToDevice);
+    }
+  }
+  double at(int64_t i) const {
+    half_t v{};
+    cudaMemcpy(&v, static_cast<const char*>(p_) + i * 2, 2, cudaMemcpyDeviceToHost);
+    return to_double(v);
+  }
+  TensorView view(const Shape& s) const { return TensorView(p_, DType::Float16, s, {}, kGpu); }
+
+ private:
+  int64_t n_;
+  void* p_ = nullptr;
+};
+
+bool enough_memory(int64_t bytes, std::string* msg) {
+  size_t free_b = 0, total = 0;
+  cudaMemGetInfo(&free_b, &total);
+  if (int64_t(free_b) >= bytes) return true;
+  *msg = "needs " + std::to_string(bytes >> 20) + " MiB of GPU memory, " + std::to_string(free_b >> 20) + " MiB free";
+  return false;
+}
+
+struct Expect {
+  int64_t at;
+  double v;  // NaN: expect NaN
+};
+
+// One op on one shape: a = x (fwd) or grad (bwd), b = output (bwd).
+void run_huge(const Shape& shape, int64_t dim, bool log, Direction dir, uint8_t fill_a,
+              const std::vector<Patch>& pa, uint8_t fill_b, const std::vector<Patch>& pb,
+              const std::vector<Expect>& expect, const std::string& kind) {
+  const int64_t n = numel(shape);
+  const int64_t bytes = n * 2 * (dir == Direction::Fwd ? 2 : 3);
+  std::string msg;
+  if (!enough_memory(bytes + (int64_t(1) << 30), &msg)) GTEST_SKIP() << msg;
+  SCOPED_TRACE(shape_string(shape) + (log ? " log" : "") + (dir == Direction::Fwd ? " fwd" : " bwd"));
+  HugeBuffer a(n, fill_a), out(n, 0xff);
+  ASSERT_TRUE(a.ok() && out.ok());
+  a.patch(pa);
+  TraceSession t;
+  if (dir == Direction::Fwd) {
+    if (log) log_softmax_out(a.view(shape), dim, out.view(shape));
+    else softmax_out(a.view(shape), dim, out.view(shape));
+  } else {
+    HugeBuffer b(n, fill_b);
+    ASSERT_TRUE(b.ok());
+    b.patch(pb);
+    if (log) log_softmax_backward_out(a.view(shape), b.view(shape), dim, out.view(shape));
+    else softmax_backward_out(a.view(shape), b.view(shape), dim, out.view(shape));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto r = t.records();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].path, std::string(log ? "log_softmax" : "softmax") + (dir == Direction::Fwd ? ".fwd" : ".bwd") +
+                           ".cuda." + kind + ".i64");
+  reached().insert(r[0].path);
+  for (const Expect& e : expect) {
+    const double got = out.at(e.at);
+    if (std::isnan(e.v)) EXPECT_TRUE(std::isnan(got)) << "element " << e.at << ": got " << got << ", want NaN";
+    else EXPECT_EQ(got, e.v) << "element " << e.at << " of " << n;
+  }
+}
+
+double f16(double v) { return to_double(from_double<half_t>(v)); }
+
+// [1, 2, 2^31 + 1] over dim 1 (spatial, D = 2, columns 2^31 + 1 apart): the
+// shape on which torch._softmax_backward_data returns wrong gradients at both
+// ends. Memory: 3 x 8 GiB (backward).
+TEST(CudaSoftmaxHuge, Spatial_1x2x2p31p1_Fp16_FwdBwdSoftmaxAndLog) {
+  SKIP_WITHOUT_GPU();
+  const int64_t L = (int64_t(1) << 31) + 1, n = 2 * L;
+  const Shape s{1, 2, L};
+  const double ln2 = std::log(2.0);
+  // Column c has elements c (d = 0) and L + c (d = 1).
+  const std::vector<int64_t> cols = {0, 1, L - 2, L - 1};
+  auto both = [&](int64_t c) { return std::vector<int64_t>{c, L + c}; };
+  // Forward: interior (1.0586, 1.0586) -> 0.5 / -ln2; column 0 (0, -65184) -> (1, 0);
+  // last column (-65184, 2) -> (0, 1) / (-65186 -> -65184 in fp16, 0).
+  const std::vector<Patch> px = {{0, 0.0}, {L, h(kBig)}, {L - 1, h(kBig)}, {n - 1, 2.0}};
+  for (bool log : {false, true}) {
+    std::vector<Expect> e;
+    e.push_back({0, log ? 0.0 : 1.0});
+    e.push_back({L, log ? f16(h(kBig)) : 0.0});
+    e.push_back({L - 1, log ? f16(h(kBig) - 2.0) : 0.0});
+    e.push_back({n - 1, log ? 0.0 : 1.0});
+    for (int64_t c : {int64_t(1), L - 2})
+      for (int64_t i : both(c)) e.push_back({i, log ? f16(-ln2) : 0.5});
+    run_huge(s, 1, log, Direction::Fwd, kOne, px, 0, {}, e, "spatial");
+  }
+  // softmax backward: interior g = 0, y = 0.527 -> 0; column 0: y (0.5, 0.5),
+  // g (2, -3) -> (1.25, -1.25); last: y (0.25, 0.75), g (4, -2) -> (1.125, -1.125).
+  {
+    const std::vector<Patch> pg = {{0, 2.0}, {L, -3.0}, {L - 1, 4.0}, {n - 1, -2.0}};
+    const std::vector<Patch> py = {{0, 0.5}, {L, 0.5}, {L - 1, 0.25}, {n - 1, 0.75}};
+    std::vector<Expect> e = {{0, 1.25}, {L, -1.25}, {L - 1, 1.125}, {n - 1, -1.125}};
+    for (int64_t c : {int64_t(1), L - 2})
+      for (int64_t i : both(c)) e.push_back({i, 0.0});
+    run_huge(s, 1, false, Direction::Bwd, kZero, pg, kHalfP, py, e, "spatial");
+  }
+  // log_softmax backward: interior g = 0 -> 0; column 0: y (0, -65184), g (2, -3)
+  // -> (3, -3); last: y (-65184, 0), g (-5, 0.5) -> (-5, 5).
+  {
+    const std::vector<Patch> pg = {{0, 2.0}, {L, -3.0}, {L - 1, -5.0}, {n - 1, 0.5}};
+    const std::vector<Patch> py = {{0, 0.0}, {L, h(kBig)}, {L - 1, h(kBig)}, {n - 1, 0.0}};
+    std::vector<Expect> e = {{0, 3.0}, {L, -3.0}, {L - 1, -5.0}, {n - 1, 5.0}};
+    for (int64_t c : {int64_t(1), L - 2})
+      for (int64_t i : both(c)) e.push_back({i, 0.0});
+    run_huge(s, 1, true, Direction::Bwd, kZero, pg, kHalfP, py, e, "spatial");
+  }
+}
+
+// One last-dim row of 2^31 + 2 elements (lastdim_block, a cluster streaming the
+// row). Memory: 3 x 4 GiB.
+TEST(CudaSoftmaxHuge, LastdimRow_2p31p2_Fp16_FwdBwdSoftmaxAndLog) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = (int64_t(1) << 31) + 2;
+  const Shape s{1, n};
+  const double ln2 = std::log(2.0);
+  // Forward: interior -65184, ends 0 -> ends 0.5 / -ln2, interior 0 / -65184 - ln2.
+  for (bool log : {false, true}) {
+    const double in = log ? f16(h(kBig) - ln2) : 0.0, end = log ? f16(-ln2) : 0.5;
+    run_huge(s, -1, log, Direction::Fwd, kBig, {{0, 0.0}, {n - 1, 0.0}}, 0, {},
+             {{0, end}, {1, in}, {n / 2, in}, {n - 2, in}, {n - 1, end}}, "lastdim_block");
+  }
+  // softmax backward: interior y = 0, g = 1.0586; ends y = 0.5, g = 2 and -3:
+  // sum g*y = -0.5 -> ends 1.25 and -1.25, interior 0.
+  run_huge(s, -1, false, Direction::Bwd, kOne, {{0, 2.0}, {n - 1, -3.0}}, kZero, {{0, 0.5}, {n - 1, 0.5}},
+           {{0, 1.25}, {1, 0.0}, {n - 2, 0.0}, {n - 1, -1.25}}, "lastdim_block");
+  // log_softmax backward: interior g = 0, y = -65184; ends y = 0, g = 2 and -3:
+  // sum g = -1 -> ends 3 and -2, interior 0.
+  run_huge(s, -1, true, Direction::Bwd, kZero, {{0, 2.0}, {n - 1, -3.0}}, kBig, {{0, 0.0}, {n - 1, 0.0}},
+           {{0, 3.0}, {1, 0.0}, {n - 2, 0.0}, {n - 1, -2.0}}, "lastdim_block");
+}
+
+// 2.2e9 rows of 1 (lastdim_warp, one lane per row; row counter past 2^31).
+// Memory: 3 x 4.1 GiB.
+TEST(CudaSoftmaxHuge, RowsOfOne_2p2e9_Fp16_FwdBwdSoftmaxAndLog) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 2200000000;
+  const Shape s{n, 1};
+  for (bool log : {false, true})  // D == 1: softmax 1, log 0; the last row -inf -> NaN
+    run_huge(s, -1, log, Direction::Fwd, kOne, {{0, 5.0}, {n - 1, -kInf}}, 0, {},
+             {{0, log ? 0.0 : 1.0}, {1, log ? 0.0 : 1.0}, {n - 2, log ? 0.0 : 1.0}, {n - 1, kNaN}}, "lastdim_warp");
+  // softmax backward y*(g - g*y): y = 0 inside; row 0 (y 0.5, g 3) -> 0.75; last (0.25, -2) -> -0.375.
+  run_huge(s, -1, false, Direction::Bwd, kOne, {{0, 3.0}, {n - 1, -2.0}}, kZero, {{0, 0.5}, {n - 1, 0.25}},
+           {{0, 0.75}, {1, 0.0}, {n - 2, 0.0}, {n - 1, -0.375}}, "lastdim_warp");
+  // log_softmax backward g - exp(y)*g: y = -65184 inside -> g; row 0 (y 0, g 3) -> 0; last (y 0, g -2) -> 0.
+  run_huge(s, -1, true, Direction::Bwd, kOne, {{0, 3.0}, {n - 1, -2.0}}, kBig, {{0, 0.0}, {n - 1, 0.0}},
+           {{0, 0.0}, {1, h(kOne)}, {n - 2, h(kOne)}, {n - 1, 0.0}}, "lastdim_warp");
+}
+
+// 1.1e9 rows of 2 (lastdim_warp, lane groups of one lane holding 2 elements).
+// Memory: 3 x 4.1 GiB.
+TEST(CudaSoftmaxHuge, RowsOfTwo_1p1e9_Fp16_FwdBwdSoftmaxAndLog) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 1100000000, n = 2 * rows;
+  const Shape s{rows, 2};
+  const double ln2 = std::log(2.0);
+  // Interior pairs equal -> 0.5 / -ln2; row 0 (0, -65184) -> (1, 0); last (-65184, 2) -> (0, 1).
+  for (bool log : {false, true}) {
+    const double in = log ? f16(-ln2) : 0.5;
+    run_huge(s, -1, log, Direction::Fwd, kOne, {{0, 0.0}, {1, h(kBig)}, {n - 2, h(kBig)}, {n - 1, 2.0}}, 0, {},
+             {{0, log ? 0.0 : 1.0},
+              {1, log ? f16(h(kBig)) : 0.0},
+              {2, in},
+              {3, in},
+              {n - 4, in},
+              {n - 3, in},
+              {n - 2, log ? f16(h(kBig) - 2.0) : 0.0},
+              {n - 1, log ? 0.0 : 1.0}},
+             "lastdim_warp");
+  }
+  // softmax backward: g = 0 inside -> 0; row 0 y (0.5, 0.5) g (2, -3) -> (1.25, -1.25);
+  // last y (0.25, 0.75) g (4, -2) -> (1.125, -1.125).
+  run_huge(s, -1, false, Direction::Bwd, kZero, {{0, 2.0}, {1, -3.0}, {n - 2, 4.0}, {n - 1, -2.0}}, kHalfP,
+           {{0, 0.5}, {1, 0.5}, {n - 2, 0.25}, {n - 1, 0.75}},
+           {{0, 1.25}, {1, -1.25}, {2, 0.0}, {n - 3, 0.0}, {n - 2, 1.125}, {n - 1, -1.125}}, "lastdim_warp");
+  // log_softmax backward: g = 0 inside -> 0; row 0 y (0, -65184) g (2, -3) -> (3, -3);
+  // last y (-65184, 0) g (-5, 0.5) -> (-5, 5).
+  run_huge(s, -1, true, Direction::Bwd, kZero, {{0, 2.0}, {1, -3.0}, {n - 2, -5.0}, {n - 1, 0.5}}, kHalfP,
+           {{0, 0.0}, {1, h(kBig)}, {n - 2, h(kBig)}, {n - 1, 0.0}},
+           {{0, 3.0}, {1, -3.0}, {2, 0.0}, {n - 3, 0.0}, {n - 2, -5.0}, {n - 1, 5.0}}, "lastdim_warp");
+}
+
+}  // namespace
+#endif  // SEGRED_WITH_CUDA

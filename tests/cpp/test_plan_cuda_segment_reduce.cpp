@@ -1,0 +1,157 @@
+// plan_segment_reduce for Backend::CUDA as a pure function (shared/TESTING.md,
+// "Plan tests without a GPU"): every CUDA path, and the 32/64-bit choice at
+// element counts and offsets of 2^31-1, 2^31, 2^32-1, 2^32+1 and at the exact
+// threshold, for inner 1 and > 1, batched rows, forward and backward. Runs on CI
+// without a GPU (the planner touches no device).
+//
+// The rule under test (src/core/segment_geometry.h): 32-bit only when every
+// index a kernel forms is < 2^31. For the flat path the largest is the merge
+// diagonal rounded up to whole 512-item tiles plus one tile, so with
+// D = outer*(S+1) + 1 + outer*L merge items, i32 <=> D <= 2^31 - 1024. With
+// features the element offset outer*L*inner usually dominates.
+#include <gtest/gtest.h>
+
+#include "segred/segred.h"
+#include "src/core/segment_geometry.h"
+
+namespace segred {
+namespace {
+
+SegmentProblem cuda_problem(Direction dir, int64_t outer, int64_t L, int64_t inner, int64_t S,
+                            DType dtype = DType::Float32, Reduce r = Reduce::Sum) {
+  SegmentProblem p;
+  p.backend = Backend::CUDA;
+  p.direction = dir;
+  p.reduce = r;
+  p.dtype = dtype;
+  p.index_dtype = DType::Int64;
+  p.outer = outer;
+  p.axis_len = L;
+  p.inner = inner;
+  p.num_segments = S;
+  return p;
+}
+
+constexpr int64_t P31 = int64_t(1) << 31;
+constexpr int64_t P32 = int64_t(1) << 32;
+
+void expect_path(const SegmentProblem& p, const std::string& path, int bits) {
+  const Plan plan = plan_segment_reduce(p);
+  EXPECT_EQ(std::string(plan.path), path) << plan;
+  EXPECT_EQ(plan.index_bits, bits) << plan;
+  EXPECT_GT(plan.grid[0], 0) << plan;
+  EXPECT_EQ(plan.block[0], 256) << plan;
+  if (built_with_cuda()) {
+    const PathInfo& info = path_info(plan.path);  // registered
+    EXPECT_EQ(info.index_bits, bits);
+    EXPECT_EQ(info.backend, Backend::CUDA);
+    EXPECT_EQ(info.direction, p.direction);
+  }
+}
+
+TEST(PlanCudaSegmentReduce, EveryPathSmall) {
+  for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    expect_path(cuda_problem(Direction::Fwd, 1, 1000, 1, 10, t), "segment_reduce.fwd.cuda.flat.i32", 32);
+    expect_path(cuda_problem(Direction::Bwd, 1, 1000, 1, 10, t), "segment_reduce.bwd.cuda.flat.i32", 32);
+    expect_path(cuda_problem(Direction::Fwd, 1, 1000, 16, 10, t), "segment_reduce.fwd.cuda.features.i32", 32);
+    expect_path(cuda_problem(Direction::Bwd, 1, 1000, 16, 10, t), "segment_reduce.bwd.cuda.features.i32", 32);
+    for (int64_t inner : {1, 7})
+      expect_path(cuda_problem(Direction::Bwd, 1, 1000, inner, 10, t, Reduce::Prod),
+                  "segment_reduce.bwd.cuda.prod_warp.i64", 64);
+    // Forward prod is an ordinary reduction.
+    expect_path(cuda_problem(Direction::Fwd, 1, 1000, 1, 10, t, Reduce::Prod), "segment_reduce.fwd.cuda.flat.i32",
+                32);
+  }
+}
+
+TEST(PlanCudaSegmentReduce, WorkedExampleGeometry) {
+  // 1-D float32, 2^26 elements, 2^21 segments of 32 (segment_geometry.h).
+  const Plan p = plan_segment_reduce(cuda_problem(Direction::Fwd, 1, int64_t(1) << 26, 1, int64_t(1) << 21));
+  EXPECT_EQ(p.grid[0], 16897);
+  EXPECT_EQ(p.block[0], 256);
+  EXPECT_EQ(p.chunk, 512);
+  EXPECT_EQ(p.index_bits, 32);
+  // Pure: the same problem gives the same plan.
+  EXPECT_EQ(p, plan_segment_reduce(cuda_problem(Direction::Fwd, 1, int64_t(1) << 26, 1, int64_t(1) << 21)));
+}
+
+TEST(PlanCudaSegmentReduce, FlatThresholdExact) {
+  for (Direction d : {Direction::Fwd, Direction::Bwd}) {
+    const char* i32 = d == Direction::Fwd ? "segment_reduce.fwd.cuda.flat.i32" : "segment_reduce.bwd.cuda.flat.i32";
+    const char* i64 = d == Direction::Fwd ? "segment_reduce.fwd.cuda.flat.i64" : "segment_reduce.bwd.cuda.flat.i64";
+    // S = 1: D = 3 + L. Last 32-bit problem: D = 2^31 - 1024.
+    expect_path(cuda_problem(d, 1, P31 - 1024 - 3, 1, 1), i32, 32);
+    expect_path(cuda_problem(d, 1, P31 - 1024 - 2, 1, 1), i64, 64);
+    // Element counts at the named boundaries: all 64-bit (the merge space adds S + 2).
+    for (int64_t L : {P31 - 1, P31, P32 - 1, P32 + 1, P32 * 3}) {
+      SCOPED_TRACE(L);
+      expect_path(cuda_problem(d, 1, L, 1, 1), i64, 64);
+      expect_path(cuda_problem(d, 1, L, 1, 1000000), i64, 64);
+    }
+    // Many segments on few elements: the segment count alone crosses.
+    expect_path(cuda_problem(d, 1, 10, 1, P31 - 1), i64, 64);
+    expect_path(cuda_problem(d, 1, 10, 1, (int64_t(1) << 30)), i32, 32);
+    // Batched rows: row r's offsets are r * L in the merge space.
+    expect_path(cuda_problem(d, 2, (int64_t(1) << 30) - 1024, 1, 1), i32, 32);  // D = 2^31 - 2043
+    expect_path(cuda_problem(d, 2, int64_t(1) << 30, 1, 1), i64, 64);           // D = 2^31 + 5
+    expect_path(cuda_problem(d, 4, P32 / 4 + 1, 1, 3), i64, 64);
+  }
+}
+
+TEST(PlanCudaSegmentReduce, FeaturesThreshold) {
+  for (Direction d : {Direction::Fwd, Direction::Bwd}) {
+    const char* i32 =
+        d == Direction::Fwd ? "segment_reduce.fwd.cuda.features.i32" : "segment_reduce.bwd.cuda.features.i32";
+    const char* i64 =
+        d == Direction::Fwd ? "segment_reduce.fwd.cuda.features.i64" : "segment_reduce.bwd.cuda.features.i64";
+    // inner 128: elements = 128 L.
+    expect_path(cuda_problem(d, 1, (int64_t(1) << 24) - 1, 128, 1000), i32, 32);  // 2^31 - 128
+    expect_path(cuda_problem(d, 1, int64_t(1) << 24, 128, 1000), i64, 64);        // 2^31
+    expect_path(cuda_problem(d, 1, (int64_t(1) << 25) - 1, 128, 1000), i64, 64);  // 2^32 - 128
+    expect_path(cuda_problem(d, 1, (int64_t(1) << 25) + 1, 128, 1000), i64, 64);  // 2^32 + 128
+    // inner 4 (one lane per row), inner 3 (scalar lanes).
+    expect_path(cuda_problem(d, 1, (int64_t(1) << 29) - 1, 4, 7), i32, 32);  // 2^31 - 4
+    expect_path(cuda_problem(d, 1, int64_t(1) << 29, 4, 7), i64, 64);        // 2^31
+    expect_path(cuda_problem(d, 1, P31 / 3, 3, 7), i32, 32);                 // 2^31 - 2
+    expect_path(cuda_problem(d, 1, P31 / 3 + 1, 3, 7), i64, 64);             // 2^31 + 1
+    expect_path(cuda_problem(d, 1, (P32 - 1) / 3, 3, 7), i64, 64);           // 2^32 - 1
+    expect_path(cuda_problem(d, 1, (P32 + 2) / 3, 3, 7), i64, 64);           // 2^32 + 2
+    // The output offset alone: outer*S*inner = 2^31.
+    expect_path(cuda_problem(d, 1, 2, 2, P31 / 2), i64, 64);
+    // Batched: outer 2 x [2^23, 128] = 2^31 elements.
+    expect_path(cuda_problem(d, 2, int64_t(1) << 23, 128, 5), i64, 64);
+    expect_path(cuda_problem(d, 2, (int64_t(1) << 23) - 1, 128, 5), i32, 32);
+    // The boundary-execution shapes of test_cuda_segment_reduce.cpp.
+    expect_path(cuda_problem(d, 1, (int64_t(1) << 29) + 5, 8, ((int64_t(1) << 29) + 5 + 127) / 128, DType::Float16),
+                i64, 64);
+  }
+  expect_path(cuda_problem(Direction::Fwd, 1, P32 + (int64_t(1) << 20) + 3, 1, 4195329, DType::Float16),
+              "segment_reduce.fwd.cuda.flat.i64", 64);
+}
+
+TEST(PlanCudaSegmentReduce, GeometryVectorAndGroups) {
+  using detail::segment_geometry;
+  const auto g128 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 128, 3));
+  EXPECT_EQ(g128.vec, 4);
+  EXPECT_EQ(g128.group, 32);
+  EXPECT_EQ(g128.slabs, 1);
+  const auto g4 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 4, 3));
+  EXPECT_EQ(g4.vec, 4);
+  EXPECT_EQ(g4.group, 1);
+  const auto h16 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 16, 3, DType::Float16));
+  EXPECT_EQ(h16.vec, 8);
+  EXPECT_EQ(h16.group, 2);
+  const auto g3 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 3, 3));
+  EXPECT_EQ(g3.vec, 1);
+  EXPECT_EQ(g3.group, 4);
+  const auto g130 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 130, 3));
+  EXPECT_EQ(g130.vec, 1);
+  EXPECT_EQ(g130.group, 32);
+  EXPECT_EQ(g130.slabs, 5);
+  // Unaligned pointers fall back to scalar lanes.
+  EXPECT_EQ(segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 128, 3), false).vec, 1);
+}
+
+}  // namespace
+}  // namespace segred

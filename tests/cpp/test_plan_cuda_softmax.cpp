@@ -1,0 +1,248 @@
+// plan_softmax for Backend::CUDA as a pure function (shared/TESTING.md, "Plan tests
+// without a GPU"): path and index width at shapes just below and above 2^31 and
+// 2^32 elements, inner == 1 and inner > 1, dims of 1 and 2, for every CUDA path,
+// without allocating. Also: every i32 plan keeps every index its kernel forms
+// below 2^31, and every resident geometry covers D.
+#include <gtest/gtest.h>
+
+#include "segred/segred.h"
+
+#ifdef SEGRED_WITH_CUDA
+#include "src/core/softmax_geometry.h"
+
+namespace {
+
+using namespace segred;
+constexpr int64_t k2_31 = int64_t(1) << 31;
+constexpr int64_t k2_32 = int64_t(1) << 32;
+
+SoftmaxProblem cuda_problem(const Shape& s, int64_t dim, Direction dir, bool log, DType dt) {
+  return make_softmax_problem(s, dim, dt, dir, log, Backend::CUDA);
+}
+
+std::string expected_name(bool log, Direction dir, const char* kind, int bits) {
+  return std::string(log ? "log_softmax" : "softmax") + (dir == Direction::Fwd ? ".fwd" : ".bwd") + ".cuda." + kind +
+         ".i" + std::to_string(bits);
+}
+
+// Upper bounds of what the kernels of src/cuda/softmax_impl.cuh form, from the geometry.
+int64_t max_formed_index(const SoftmaxProblem& p, const detail::SoftmaxGeometry& g) {
+  const int64_t D = p.dim_size;
+  const int64_t threads = int64_t(g.threads());
+  int64_t m = g.grid * threads;  // global thread index
+  if (g.kernel == detail::SoftmaxKernel::Warp) {
+    const int64_t per_block = threads / g.lanes;
+    m = std::max(m, p.outer + g.grid * per_block);                      // row counter + step
+    m = std::max(m, int64_t(g.lanes) * (g.ev / g.vec) * g.vec);         // in-row element index
+  } else if (g.kernel == detail::SoftmaxKernel::Block) {
+    m = std::max(m, p.outer + g.grid / g.cluster);                      // row counter + step
+    m = std::max(m, g.chunks * g.cluster * (g.ev / g.vec) * threads * g.vec);  // in-row element index
+  } else {
+    const int64_t cols = int64_t(g.tx) * g.vec;
+    const int64_t E = g.ev / g.vec;
+    m = std::max(m, g.work + g.grid / g.cluster);                       // tile counter + step
+    m = std::max(m, g.work * cols);                                      // column index
+    const int64_t dmax = int64_t(g.ty) * g.chunks * g.cluster * E;      // row index d
+    m = std::max(m, dmax);
+    m = std::max(m, std::min(dmax, D) * p.inner);                      // d * inner (formed only for d < D)
+    m = std::max(m, g.chunks * g.cluster * E);
+  }
+  return m;
+}
+
+void expect_consistent(const SoftmaxProblem& p) {
+  const Plan plan = plan_softmax(p);
+  const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+  const PathInfo& info = path_info(plan.path);
+  EXPECT_EQ(info.backend, Backend::CUDA) << plan;
+  EXPECT_EQ(info.index_bits, plan.index_bits) << plan;
+  EXPECT_EQ(info.direction, p.direction) << plan;
+  EXPECT_EQ(info.op, p.log ? "log_softmax" : "softmax") << plan;
+  EXPECT_EQ(plan.index_bits, g.index_bits);
+  if (plan.index_bits == 32) EXPECT_LT(max_formed_index(p, g), k2_31) << plan;
+  // The geometry covers D: resident (chunks == 1) or enough chunks.
+  const int64_t D = p.dim_size;
+  if (g.kernel == detail::SoftmaxKernel::Warp) {
+    EXPECT_GE(int64_t(g.lanes) * g.ev, D) << plan;
+  } else if (g.kernel == detail::SoftmaxKernel::Block) {
+    EXPECT_GE(g.chunks * g.cluster * g.threads() * int64_t(g.ev), D) << plan;
+    EXPECT_EQ(g.grid % g.cluster, 0) << plan;
+  } else {
+    EXPECT_GE(g.chunks * g.cluster * int64_t(g.ty) * (g.ev / g.vec), D) << plan;
+    EXPECT_GE(g.work * g.tx * g.vec, p.outer * p.inner) << plan;
+    EXPECT_EQ(g.grid % g.cluster, 0) << plan;
+  }
+  EXPECT_LE(g.threads(), 1024);
+  EXPECT_GE(g.threads(), 32);
+  EXPECT_LE(g.cluster, 16);
+  EXPECT_LT(g.grid, k2_31);
+}
+
+struct Case {
+  Shape shape;
+  int64_t dim;
+  const char* kind;
+  int bits;
+};
+
+// Shapes around 2^31 and 2^32 elements, inner == 1 and > 1, dims of 1 and 2.
+const std::vector<Case>& boundary_cases() {
+  static const std::vector<Case> cases = {
+      // dims of 1 and 2 over the last dim: lane groups of 1 and 2 lanes.
+      {{k2_31 - 1, 1}, -1, "lastdim_warp", 64},
+      {{k2_31, 1}, -1, "lastdim_warp", 64},
+      {{k2_31 + 1, 1}, -1, "lastdim_warp", 64},
+      {{k2_32 - 1, 1}, -1, "lastdim_warp", 64},
+      {{k2_32 + 1, 1}, -1, "lastdim_warp", 64},
+      {{2200000000, 1}, -1, "lastdim_warp", 64},
+      {{k2_31 / 2, 2}, -1, "lastdim_warp", 64},
+      {{k2_31 / 2 + 1, 2}, -1, "lastdim_warp", 64},
+      {{k2_32 / 2 + 1, 2}, -1, "lastdim_warp", 64},
+      {{1100000000, 2}, -1, "lastdim_warp", 64},
+      {{k2_31 / 128, 128}, -1, "lastdim_warp", 64},
+      // long rows: one row of 2^31 +- 1 and 2^32 +- 1 elements.
+      {{1, k2_31 - 1}, -1, "lastdim_block", 64},
+      {{1, k2_31 + 2}, -1, "lastdim_block", 64},
+      {{1, k2_32 - 1}, -1, "lastdim_block", 64},
+      {{1, k2_32 + 1}, -1, "lastdim_block", 64},
+      {{k2_31 / 4096 + 1, 4096}, -1, "lastdim_block", 64},
+      {{k2_32 / 4096, 4096}, -1, "lastdim_block", 64},
+      // inner > 1: [1, 2, 2^31 + 1] over dim 1 (the PyTorch defect's shape), dims of
+      // 1 and 2 with huge inner, and a huge reduced dim over dim 0.
+      {{1, 2, k2_31 + 1}, 1, "spatial", 64},
+      {{1, 2, k2_31 / 2}, 1, "spatial", 64},
+      {{1, 2, k2_31 / 2 - 1}, 1, "spatial", 64},
+      {{1, 1, k2_31 + 1}, 1, "spatial", 64},
+      {{1, 1, k2_32}, 1, "spatial", 64},
+      {{2, 1, k2_31}, 1, "spatial", 64},
+      {{k2_31 + 1, 2}, 0, "spatial", 64},
+      {{k2_32 + 1, 2}, 0, "spatial", 64},
+      {{2, k2_31 / 2}, 0, "spatial", 64},
+      {{8, 4, int64_t(1) << 28}, 1, "spatial", 64},
+  };
+  return cases;
+}
+
+TEST(CudaSoftmaxPlan, BoundaryShapesPickPathAndIndexWidth) {
+  for (const Case& c : boundary_cases())
+    for (bool log : {false, true})
+      for (Direction dir : {Direction::Fwd, Direction::Bwd})
+        for (DType dt : {DType::Float32, DType::Float16}) {
+          const SoftmaxProblem p = cuda_problem(c.shape, c.dim, dir, log, dt);
+          const Plan plan = plan_softmax(p);
+          EXPECT_EQ(std::string(plan.path), expected_name(log, dir, c.kind, c.bits))
+              << shape_string(c.shape) << " dim " << c.dim << " " << dtype_name(dt);
+          EXPECT_EQ(plan.index_bits, c.bits);
+          expect_consistent(p);
+        }
+}
+
+// The 32/64 threshold: 2*numel + 2^20 < 2^31, i.e. numel < 2^30 - 2^19.
+TEST(CudaSoftmaxPlan, Int32ExactlyBelowTheBound) {
+  const int64_t last32 = (k2_31 - detail::kSoftmaxIndexSlack) / 2 - 1;  // 2*n + slack = 2^31 - 2
+  for (bool log : {false, true})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      // rows of 1 (warp), one long row (block), spatial [1, 1, n] (dim 1, D = 1) and [n/2, 2] over dim 0.
+      for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
+               {{last32, 1}, -1}, {{1, last32}, -1}, {{1, 1, last32}, 1}, {{last32 / 2, 2}, 0}}) {
+        SoftmaxProblem p = cuda_problem(shape, dim, dir, log, DType::Float32);
+        EXPECT_EQ(plan_softmax(p).index_bits, 32) << shape_string(shape);
+        expect_consistent(p);
+        Shape up = shape;
+        for (auto& s : up)
+          if (s == last32) s = last32 + 1;
+          else if (s == last32 / 2) s = last32 / 2 + 1;
+        p = cuda_problem(up, dim, dir, log, DType::Float32);
+        EXPECT_EQ(plan_softmax(p).index_bits, 64) << shape_string(up);
+        expect_consistent(p);
+      }
+    }
+}
+
+TEST(CudaSoftmaxPlan, EveryCudaPathIsPlannedAndRegistered) {
+  // Small shapes that reach each kernel at 32 bits; with the boundary cases above
+  // (64 bits) every registered CUDA softmax path is some plan's answer.
+  std::set<std::string> planned;
+  const std::vector<std::pair<Shape, int64_t>> small = {
+      {{7, 1}, -1}, {{300, 100}, -1}, {{16, 4096}, -1}, {{2, 300000}, -1}, {{4, 6, 5}, 1}, {{8192, 64}, 0}};
+  for (bool log : {false, true})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd})
+      for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+        for (const auto& [s, d] : small) {
+          const SoftmaxProblem p = cuda_problem(s, d, dir, log, dt);
+          planned.insert(std::string(plan_softmax(p).path));
+          expect_consistent(p);
+        }
+        for (const Case& c : boundary_cases()) planned.insert(std::string(plan_softmax(cuda_problem(c.shape, c.dim, dir, log, dt)).path));
+      }
+  int n = 0;
+  for (const PathInfo& info : paths()) {
+    if (info.backend != Backend::CUDA || (info.op != "softmax" && info.op != "log_softmax")) continue;
+    ++n;
+    EXPECT_TRUE(planned.count(std::string(info.name))) << info.name << " is registered but no plan picks it";
+  }
+  EXPECT_EQ(n, 24);
+}
+
+// The worked examples of src/core/softmax_geometry.h.
+TEST(CudaSoftmaxPlan, WorkedExamples) {
+  auto geo = [](const Shape& s, int64_t dim, DType dt) {
+    return detail::softmax_geometry(cuda_problem(s, dim, Direction::Fwd, false, dt));
+  };
+  auto g = geo({16384, 4096}, -1, DType::Float32);
+  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
+  EXPECT_EQ(g.tx, 256);
+  EXPECT_EQ(g.cluster, 1);
+  EXPECT_EQ(g.chunks, 1);
+  EXPECT_EQ(g.vec, 4);
+  EXPECT_EQ(g.index_bits, 32);
+  g = geo({64, 262144}, -1, DType::Float32);
+  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
+  EXPECT_EQ(g.cluster, 16);
+  EXPECT_EQ(g.tx, 1024);
+  EXPECT_EQ(g.chunks, 1);
+  EXPECT_GE(g.grid, 132);
+  g = geo({64, 256, 56, 56}, 1, DType::Float16);
+  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
+  EXPECT_EQ(g.vec, 8);
+  EXPECT_EQ(g.chunks, 1);
+  EXPECT_EQ(g.cluster, 1);
+  g = geo({8192, 8192}, 0, DType::Float32);
+  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
+  EXPECT_EQ(g.chunks, 1);
+  EXPECT_EQ(g.cluster * g.ty * (g.ev / g.vec), 8192);
+  g = geo({8, 4, int64_t(1) << 24}, 1, DType::Float32);
+  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
+  EXPECT_EQ(g.ty, 1);
+  EXPECT_GE(g.grid, 264);
+  g = geo({262144, 128}, -1, DType::Float16);
+  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Warp);
+  EXPECT_EQ(g.lanes, 8);
+  // Few blocks' worth of rows: a long row is spread over a cluster.
+  g = geo({8, 32768}, -1, DType::Float32);
+  EXPECT_GE(g.grid, 64);
+}
+
+TEST(CudaSoftmaxPlan, ForcedIndex64HookAndCapsShrink) {
+  const SoftmaxProblem p = cuda_problem({16, 4096}, -1, Direction::Fwd, false, DType::Float32);
+  EXPECT_EQ(plan_softmax(p).index_bits, 32);
+  detail::softmax_force_index64() = true;
+  EXPECT_EQ(std::string(plan_softmax(p).path), "softmax.fwd.cuda.lastdim_block.i64");
+  detail::softmax_force_index64() = false;
+  // Smaller caps (the launcher's viability fallback) still cover D.
+  for (int mt : {1024, 512, 256, 128, 64, 32})
+    for (int mc : {16, 8, 4, 1})
+      for (const auto& [s, d] : std::vector<std::pair<Shape, int64_t>>{
+               {{64, 262144}, -1}, {{3, 100000}, -1}, {{8192, 8192}, 0}, {{2, 3000, 16}, 1}, {{9, 500}, -1}}) {
+        SoftmaxProblem q = cuda_problem(s, d, Direction::Bwd, true, DType::Float16);
+        q.max_threads = mt;
+        q.max_cluster = mc;
+        const auto g = detail::softmax_geometry(q);
+        EXPECT_LE(g.threads(), mt) << shape_string(s);
+        EXPECT_LE(g.cluster, mc) << shape_string(s);
+        expect_consistent(q);
+      }
+}
+
+}  // namespace
+#endif  // SEGRED_WITH_CUDA

@@ -1,0 +1,136 @@
+// plan_softmax / make_softmax_problem as pure functions (shared/TESTING.md, "Plan
+// tests without a GPU"): shapes far past 2^31 and 2^32 elements, inner == 1 and
+// inner > 1, dims of 1 and 2, all without allocating a tensor (only shapes go in).
+#include <gtest/gtest.h>
+
+#include "segred/segred.h"
+
+namespace {
+
+using namespace segred;
+constexpr int64_t k2_31 = int64_t(1) << 31;
+constexpr int64_t k2_32 = int64_t(1) << 32;
+
+Plan plan_for(const Shape& s, int64_t dim, Direction dir = Direction::Fwd, bool log = false,
+              DType dt = DType::Float32) {
+  return plan_softmax(make_softmax_problem(s, dim, dt, dir, log));
+}
+
+TEST(SoftmaxPlan, DecompositionAroundDim) {
+  const SoftmaxProblem p = make_softmax_problem({3, 5, 7, 11}, 1, DType::Float16, Direction::Bwd, true);
+  EXPECT_EQ(p.outer, 3);
+  EXPECT_EQ(p.dim_size, 5);
+  EXPECT_EQ(p.inner, 77);
+  EXPECT_EQ(p.direction, Direction::Bwd);
+  EXPECT_TRUE(p.log);
+  EXPECT_EQ(p.dtype, DType::Float16);
+  // Negative dims wrap like Python.
+  const SoftmaxProblem q = make_softmax_problem({3, 5, 7, 11}, -1, DType::Float32);
+  EXPECT_EQ(q.outer, 105);
+  EXPECT_EQ(q.dim_size, 11);
+  EXPECT_EQ(q.inner, 1);
+  const SoftmaxProblem r = make_softmax_problem({3, 5, 7, 11}, -4, DType::Float32);
+  EXPECT_EQ(r.outer, 1);
+  EXPECT_EQ(r.dim_size, 3);
+  EXPECT_EQ(r.inner, 385);
+  // 0-dim counts as [1]; dim 0 and -1 only.
+  const SoftmaxProblem z = make_softmax_problem({}, -1, DType::Float64);
+  EXPECT_EQ(z.outer, 1);
+  EXPECT_EQ(z.dim_size, 1);
+  EXPECT_EQ(z.inner, 1);
+  EXPECT_THROW(make_softmax_problem({}, 1, DType::Float64), ValueError);
+  EXPECT_THROW(make_softmax_problem({4, 4}, 2, DType::Float64), ValueError);
+  EXPECT_THROW(make_softmax_problem({4, 4}, -3, DType::Float64), ValueError);
+  try {
+    make_softmax_problem({4, 4}, 7, DType::Float32);
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("dim=7"), std::string::npos) << e.what();
+  }
+}
+
+// The TESTING.md defect: [1, 2, 2^31+1] over dim 1 has inner > 1 and must plan the
+// 64-bit spatial path, forward and backward, for both ops.
+TEST(SoftmaxPlan, SpatialPastInt32AndUint32) {
+  for (const Shape& s : {Shape{1, 2, k2_31 + 1}, Shape{1, 2, k2_32 + 1}, Shape{3, 2, k2_32}}) {
+    for (bool log : {false, true})
+      for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+        const Plan p = plan_for(s, 1, dir, log, DType::Float16);
+        const std::string want = std::string(log ? "log_softmax." : "softmax.") +
+                                 (dir == Direction::Fwd ? "fwd" : "bwd") + ".cpu.spatial.i64";
+        EXPECT_EQ(p.path, want) << shape_string(s);
+        EXPECT_EQ(p.index_bits, 64);
+        EXPECT_GE(p.chunk, 64);
+        EXPECT_LE(p.chunk, 4096);
+        EXPECT_EQ(p.chunk % 16, 0);
+      }
+  }
+}
+
+// [1, 1, N] over dim 2 is the lastdim path (inner == 1), whatever N.
+TEST(SoftmaxPlan, LastdimPastInt32AndUint32) {
+  for (int64_t n : {k2_31 - 1, k2_31, k2_31 + 1, k2_32 - 1, k2_32, k2_32 + 1, int64_t(1) << 40}) {
+    EXPECT_EQ(plan_for({1, 1, n}, 2).path, "softmax.fwd.cpu.lastdim.i64");
+    EXPECT_EQ(plan_for({1, 1, n}, -1, Direction::Bwd).path, "softmax.bwd.cpu.lastdim.i64");
+    EXPECT_EQ(plan_for({n}, 0, Direction::Fwd, true).path, "log_softmax.fwd.cpu.lastdim.i64");
+    EXPECT_EQ(plan_for({n, 2}, 1, Direction::Bwd, true).path, "log_softmax.bwd.cpu.lastdim.i64");
+    EXPECT_EQ(plan_for({1, 1, n}, 2).index_bits, 64);
+  }
+  // Many short rows past 2^32 elements in all.
+  EXPECT_EQ(plan_for({k2_32 + 3, 2}, 1).path, "softmax.fwd.cpu.lastdim.i64");
+}
+
+// Dims of 1 and 2: trailing size-1 dims fold into inner == 1 (lastdim); a reduced
+// dim of 1 or 2 with inner > 1 is spatial; the tile never exceeds inner.
+TEST(SoftmaxPlan, DimsOfOneAndTwo) {
+  EXPECT_EQ(plan_for({7, 5, 1}, 1).path, "softmax.fwd.cpu.lastdim.i64");
+  EXPECT_EQ(plan_for({7, 5, 1, 1}, 1, Direction::Bwd).path, "softmax.bwd.cpu.lastdim.i64");
+  EXPECT_EQ(plan_for({7, 1}, 1).path, "softmax.fwd.cpu.lastdim.i64");
+  EXPECT_EQ(plan_for({1, 7}, 0).path, "softmax.fwd.cpu.spatial.i64");
+  EXPECT_EQ(plan_for({1, 7}, 0).chunk, 7);
+  EXPECT_EQ(plan_for({2, 2}, 0).path, "softmax.fwd.cpu.spatial.i64");
+  EXPECT_EQ(plan_for({2, 2}, 0).chunk, 2);
+  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).path, "softmax.fwd.cpu.spatial.i64");
+  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 4096);  // D = 2: the widest tile
+  EXPECT_EQ(plan_for({k2_31 + 1, 2}, 0).chunk, 2);     // inner = 2: a tile is the whole inner
+  EXPECT_EQ(plan_for({k2_32, 1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
+  EXPECT_EQ(plan_for({1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
+  EXPECT_EQ(plan_for({}, 0).path, "softmax.fwd.cpu.lastdim.i64");
+}
+
+// The worked examples in plan_softmax's comment, and the chunk rules.
+TEST(SoftmaxPlan, ChunkRules) {
+  EXPECT_EQ(plan_for({32, 1000, 4096}, 1).chunk, 128);
+  EXPECT_EQ(plan_for({16384, 4096}, -1).chunk, 4096);
+  EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::Float64).chunk, 2048);
+  EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::BFloat16).chunk, 8192);
+  EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Bwd).chunk, 0);
+  // Backward keeps two arrays of the tile: half the forward's width.
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1).chunk, 512);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 256);
+  // Huge D: the tile stays at least 64 columns wide.
+  EXPECT_EQ(plan_for({1, k2_32, 1000}, 1).chunk, 64);
+  // Plans are values: equal for equal problems, printable.
+  EXPECT_EQ(plan_for({8, 4, int64_t(1) << 24}, 1), plan_for({8, 4, int64_t(1) << 24}, 1));
+  EXPECT_NE(plan_for({8, 4, 16}, 1).to_string().find("softmax.fwd.cpu.spatial.i64"), std::string::npos);
+}
+
+TEST(SoftmaxPlan, EveryPlannedPathIsRegistered) {
+  for (bool log : {false, true})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd})
+      for (const Shape& s : {Shape{4, 4}, Shape{4, 4, 4}}) {
+        const Plan p = plan_for(s, 1, dir, log);
+        const PathInfo& info = path_info(p.path);
+        EXPECT_EQ(info.op, log ? "log_softmax" : "softmax");
+        EXPECT_EQ(info.direction, dir);
+        EXPECT_EQ(info.backend, Backend::CPU);
+        EXPECT_EQ(info.index_bits, p.index_bits);
+      }
+}
+
+TEST(SoftmaxPlan, CudaProblemIsRejectedInThisBuild) {
+  SoftmaxProblem p = make_softmax_problem({4, 4}, 1, DType::Float32);
+  p.backend = Backend::CUDA;
+  EXPECT_THROW(plan_softmax(p), ValueError);
+}
+
+}  // namespace

@@ -1,0 +1,588 @@
+// CPU softmax family: softmax, log_softmax and their backward (SEMANTICS.md,
+// "softmax family"), against the float64 reference in src/reference/softmax_ref.h
+// and against exact values, for all four dtypes and both CPU paths. Every test
+// that is named for a path asserts through the trace that it reached that path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "segred/segred.h"
+#include "src/ops/softmax_ops.h"
+#include "src/reference/softmax_ref.h"
+
+namespace {
+
+using namespace segred;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// ---- dtype helpers -------------------------------------------------------------
+
+template <class T> T from_double(double v) { return store<T>(acc_t<T>(v)); }
+template <class T> double to_double(T v) { return double(load(v)); }
+
+template <class T> std::vector<T> to_t(const std::vector<double>& v) {
+  std::vector<T> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = from_double<T>(v[i]);
+  return o;
+}
+// The values a T array really holds (the reference sees the rounded inputs).
+template <class T> std::vector<double> as_double(const T* p, size_t n) {
+  std::vector<double> o(n);
+  for (size_t i = 0; i < n; ++i) o[i] = to_double(p[i]);
+  return o;
+}
+template <class T> std::vector<double> as_double(const Tensor& t) {
+  return as_double(t.ptr<T>(), size_t(t.numel()));
+}
+
+// Tolerance |got - want| <= rel * |want| + abs: rel is the rounding of the final
+// store in T (half an ulp, doubled for slack) plus the float32/float64 compute
+// error; abs covers cancellation in x - m - log(s) and g - sum, and the
+// subnormal floor of the 16-bit types.
+template <class T> struct Tol;
+template <> struct Tol<double> { static constexpr double rel = 1e-12, abs = 1e-12; };
+template <> struct Tol<float> { static constexpr double rel = 2e-6, abs = 2e-6; };
+template <> struct Tol<half_t> { static constexpr double rel = 1.0 / 1024, abs = 4e-6; };
+template <> struct Tol<bfloat16_t> { static constexpr double rel = 1.0 / 128, abs = 4e-6; };
+
+// NaN must meet NaN, infinities must be equal, finite values within tolerance.
+template <class T>
+::testing::AssertionResult all_close(const std::vector<double>& got, const std::vector<double>& want,
+                                     double scale = 1.0) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    bool ok;
+    if (std::isnan(w) || std::isnan(g)) ok = std::isnan(w) && std::isnan(g);
+    else if (std::isinf(w) || std::isinf(g)) ok = g == w;
+    else ok = std::fabs(g - w) <= Tol<T>::rel * std::fabs(w) + Tol<T>::abs * scale;
+    if (!ok)
+      return ::testing::AssertionFailure() << "element " << i << ": got " << g << ", expected " << w << " ("
+                                           << dtype_name(dtype_of<T>()) << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ---- shapes ----------------------------------------------------------------------
+
+struct Problem {
+  Shape shape;
+  int64_t dim;
+  reference::SoftmaxShape ref;  // [outer, D, inner] of the wrapped dim
+};
+
+Problem decompose(const Shape& shape, int64_t dim) {
+  const int64_t nd = std::max<int64_t>(1, int64_t(shape.size()));
+  const int64_t d = dim < 0 ? dim + nd : dim;
+  reference::SoftmaxShape r;
+  if (!shape.empty()) {
+    r.outer = r.inner = 1;
+    for (int64_t i = 0; i < d; ++i) r.outer *= shape[size_t(i)];
+    r.D = shape[size_t(d)];
+    for (int64_t i = d + 1; i < int64_t(shape.size()); ++i) r.inner *= shape[size_t(i)];
+  }
+  return {shape, dim, r};
+}
+
+std::string path_of(bool log, Direction dir, int64_t inner) {
+  return std::string(log ? "log_softmax." : "softmax.") + (dir == Direction::Fwd ? "fwd" : "bwd") + ".cpu." +
+         (inner == 1 ? "lastdim" : "spatial") + ".i64";
+}
+
+// Random generator with the seed in every failure message.
+struct Rng {
+  uint64_t seed;
+  std::mt19937_64 gen;
+  Rng() : seed(std::random_device{}() | (uint64_t(std::random_device{}()) << 32)), gen(seed) {}
+  double uniform(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(gen); }
+  int64_t pick(const std::vector<int64_t>& v) { return v[std::uniform_int_distribution<size_t>(0, v.size() - 1)(gen)]; }
+  // Upstream gradients of every sign: negative, zero, positive, not 1.
+  std::vector<double> grads(size_t n) {
+    std::vector<double> g(n);
+    for (size_t i = 0; i < n; ++i) g[i] = i % 7 == 3 ? 0.0 : uniform(-2.5, 2.5);
+    return g;
+  }
+  std::vector<double> values(size_t n, double spread = 4.0) {
+    std::vector<double> x(n);
+    for (auto& v : x) v = uniform(-spread, spread);
+    return x;
+  }
+};
+
+#define SEED_TRACE(rng) SCOPED_TRACE(::testing::Message() << "seed " << (rng).seed)
+
+// Runs forward and backward of softmax and log_softmax on x (T values) over dim
+// and compares with the reference; asserts the path of every call.
+template <class T>
+void check_against_reference(const Problem& pr, const std::vector<double>& x_in, const std::vector<double>& g_in) {
+  const DType dt = dtype_of<T>();
+  std::vector<T> xt = to_t<T>(x_in), gt = to_t<T>(g_in);
+  const std::vector<double> x = as_double(xt.data(), xt.size()), g = as_double(gt.data(), gt.size());
+  const TensorView xv(xt.data(), dt, pr.shape), gv(gt.data(), dt, pr.shape);
+  for (bool log : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << (log ? "log_softmax" : "softmax") << " shape " << shape_string(pr.shape)
+                                      << " dim " << pr.dim);
+    TraceSession trace;
+    const Tensor y = log ? log_softmax(xv, pr.dim) : softmax(xv, pr.dim);
+    EXPECT_EQ(y.sizes(), pr.shape);
+    EXPECT_EQ(y.dtype(), dt);
+    EXPECT_TRUE(all_close<T>(as_double<T>(y), reference::softmax_forward(pr.ref, x, log), log ? 8.0 : 1.0));
+    // Backward on the kernel's own output (rounded to T), against the analytic formula.
+    const std::vector<double> yv = as_double<T>(y);
+    const Tensor gi = log ? log_softmax_backward(gv, y, pr.dim) : softmax_backward(gv, y, pr.dim);
+    EXPECT_TRUE(all_close<T>(as_double<T>(gi), reference::softmax_backward(pr.ref, g, yv, log), 8.0));
+    const auto rec = trace.records();
+    if (pr.ref.size() == 0) {
+      EXPECT_TRUE(rec.empty());
+      continue;
+    }
+    ASSERT_EQ(rec.size(), 2u);
+    EXPECT_EQ(rec[0].path, path_of(log, Direction::Fwd, pr.ref.inner));
+    EXPECT_EQ(rec[1].path, path_of(log, Direction::Bwd, pr.ref.inner));
+    EXPECT_EQ(rec[0].op, log ? "log_softmax" : "softmax");
+  }
+}
+
+template <class T> class SoftmaxDtype : public ::testing::Test {};
+using Dtypes = ::testing::Types<float, double, half_t, bfloat16_t>;
+struct DtypeName {
+  template <class T> static std::string GetName(int) { return std::string(dtype_name(dtype_of<T>())); }
+};
+TYPED_TEST_SUITE(SoftmaxDtype, Dtypes, DtypeName);
+
+// Random shapes of 1 to 4 dims from awkward sizes, every dim, negative dims too:
+// reaches both paths of both ops in both directions.
+TYPED_TEST(SoftmaxDtype, RandomShapesEveryDimAgainstReference) {
+  Rng rng;
+  SEED_TRACE(rng);
+  const std::vector<int64_t> sizes = {1, 2, 3, 5, 7, 31, 33, 59, 97};
+  for (int rep = 0; rep < 12; ++rep) {
+    const int nd = 1 + rep % 4;
+    Shape shape;
+    for (int i = 0; i < nd; ++i) shape.push_back(rng.pick(sizes));
+    while (numel(shape) > 40000) shape[size_t(std::uniform_int_distribution<int>(0, nd - 1)(rng.gen))] = 2;
+    const size_t n = size_t(numel(shape));
+    const auto x = rng.values(n, rep % 3 == 2 ? 30.0 : 4.0);
+    const auto g = rng.grads(n);
+    for (int64_t dim = -nd; dim < nd; ++dim) check_against_reference<TypeParam>(decompose(shape, dim), x, g);
+  }
+}
+
+// Rows longer than the lastdim block (plan.chunk) and columns longer than a
+// spatial statistics block, with the maximum in a late block, a first block of
+// only -inf, and a spatial tile narrower than inner (partial last tile).
+TYPED_TEST(SoftmaxDtype, LongRowsAcrossBlocksAgainstReference) {
+  Rng rng;
+  SEED_TRACE(rng);
+  {
+    const int64_t D = 3 * 8192 + 7;  // > 3 blocks for every dtype
+    auto x = rng.values(size_t(2 * D));
+    for (int64_t i = 0; i < 9000; ++i) x[size_t(i)] = -kInf;  // row 0: first block(s) all -inf
+    x[size_t(D - 5)] = 9.0;                                   // row 0: max near the end
+    x[size_t(D + 1)] = 7.5;                                   // row 1: max in the first block
+    check_against_reference<TypeParam>(decompose({2, D}, -1), x, rng.grads(size_t(2 * D)));
+  }
+  {
+    const int64_t D = 1200, inner = 300;  // spatial: several row blocks, W < inner for every dtype
+    auto x = rng.values(size_t(D * inner));
+    for (int64_t d = 0; d < 700; ++d) x[size_t(d * inner + 3)] = -kInf;  // column 3: -inf prefix
+    x[size_t(1100 * inner + 3)] = 11.0;
+    check_against_reference<TypeParam>(decompose({D, inner}, 0), x, rng.grads(size_t(D * inner)));
+  }
+}
+
+// Outputs poisoned with NaN before the call; finite inputs, so every element
+// must come back finite and right: proves every element was written.
+TYPED_TEST(SoftmaxDtype, PoisonedOutputsAreFullyWritten) {
+  using T = TypeParam;
+  Rng rng;
+  SEED_TRACE(rng);
+  const DType dt = dtype_of<T>();
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
+           {{37, 1001}, 1}, {{5, 300, 77}, 1}, {{4097}, 0}, {{3, 2, 4097}, 0}, {{129, 3}, -2}}) {
+    const Problem pr = decompose(shape, dim);
+    const size_t n = pr.ref.size();
+    std::vector<T> xt = to_t<T>(rng.values(n)), gt = to_t<T>(rng.grads(n));
+    const auto x = as_double(xt.data(), n), g = as_double(gt.data(), n);
+    const TensorView xv(xt.data(), dt, shape), gv(gt.data(), dt, shape);
+    for (bool log : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (log ? "log_softmax " : "softmax ") << shape_string(shape) << " dim " << dim);
+      std::vector<T> y(n, from_double<T>(kNaN)), gi(n, from_double<T>(kNaN));
+      const TensorView yv(y.data(), dt, shape), giv(gi.data(), dt, shape);
+      TraceSession trace;
+      log ? log_softmax_out(xv, dim, yv) : softmax_out(xv, dim, yv);
+      const auto yd = as_double(y.data(), n);
+      log ? log_softmax_backward_out(gv, yv, dim, giv) : softmax_backward_out(gv, yv, dim, giv);
+      const auto gid = as_double(gi.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(std::isfinite(yd[i])) << "forward element " << i << " not written";
+        ASSERT_TRUE(std::isfinite(gid[i])) << "backward element " << i << " not written";
+      }
+      EXPECT_TRUE(all_close<T>(yd, reference::softmax_forward(pr.ref, x, log), log ? 8.0 : 1.0));
+      EXPECT_TRUE(all_close<T>(gid, reference::softmax_backward(pr.ref, g, yd, log), 8.0));
+      const auto rec = trace.records();
+      ASSERT_EQ(rec.size(), 2u);
+      EXPECT_EQ(rec[0].path, path_of(log, Direction::Fwd, pr.ref.inner));
+      EXPECT_EQ(rec[1].path, path_of(log, Direction::Bwd, pr.ref.inner));
+    }
+  }
+}
+
+// Exact where the math is exact: [0, log 3] -> [0.25, 0.75] (to the rounding of
+// log 3 and exp in T), and with y = [0.25, 0.75], g = [1, 0] the softmax gradient
+// is exactly [+0.1875, -0.1875]; log_softmax of [0, -inf] is exactly [0, -inf],
+// and its gradient with g = [0.5, 2] exactly [-2, 2]. Both paths.
+TYPED_TEST(SoftmaxDtype, ExactDimOfTwoBothPaths) {
+  using T = TypeParam;
+  const DType dt = dtype_of<T>();
+  const double l3 = std::log(3.0);
+  // lastdim: shape [2] dim 0; spatial: shape [2, 3] dim 0 (3 identical columns).
+  for (bool spatial : {false, true}) {
+    SCOPED_TRACE(spatial ? "spatial" : "lastdim");
+    const Shape shape = spatial ? Shape{2, 3} : Shape{2};
+    const int64_t cols = spatial ? 3 : 1;
+    auto col = [&](double a, double b) {
+      std::vector<T> v;
+      for (int64_t i = 0; i < cols; ++i) v.push_back(from_double<T>(a));
+      for (int64_t i = 0; i < cols; ++i) v.push_back(from_double<T>(b));
+      return v;
+    };
+    auto x = col(0.0, l3);
+    TraceSession trace;
+    const Tensor y = softmax(TensorView(x.data(), dt, shape), 0);
+    // 16-bit types: log 3 itself is rounded to T, which moves the result by up to about one ulp of T.
+    const double eps = std::is_same_v<T, double> ? 1e-15 : std::is_same_v<T, float> ? 3e-7 : Tol<T>::rel * 2;
+    for (int64_t i = 0; i < cols; ++i) {
+      EXPECT_NEAR(to_double(y.ptr<T>()[i]), 0.25, 0.25 * eps);
+      EXPECT_NEAR(to_double(y.ptr<T>()[cols + i]), 0.75, 0.75 * eps);
+    }
+    auto yq = col(0.25, 0.75), g = col(1.0, 0.0);
+    const Tensor gi = softmax_backward(TensorView(g.data(), dt, shape), TensorView(yq.data(), dt, shape), 0);
+    for (int64_t i = 0; i < cols; ++i) {
+      EXPECT_EQ(to_double(gi.ptr<T>()[i]), 0.1875);
+      EXPECT_EQ(to_double(gi.ptr<T>()[cols + i]), -0.1875);
+    }
+    auto xl = col(0.0, -kInf);
+    const Tensor yl = log_softmax(TensorView(xl.data(), dt, shape), 0);
+    const Tensor ys = softmax(TensorView(xl.data(), dt, shape), 0);
+    auto gl = col(0.5, 2.0);
+    const Tensor gil = log_softmax_backward(TensorView(gl.data(), dt, shape), yl, 0);
+    for (int64_t i = 0; i < cols; ++i) {
+      EXPECT_EQ(to_double(yl.ptr<T>()[i]), 0.0);
+      EXPECT_EQ(to_double(yl.ptr<T>()[cols + i]), -kInf);
+      EXPECT_EQ(to_double(ys.ptr<T>()[i]), 1.0);
+      EXPECT_EQ(to_double(ys.ptr<T>()[cols + i]), 0.0);
+      EXPECT_EQ(to_double(gil.ptr<T>()[i]), -2.0);
+      EXPECT_EQ(to_double(gil.ptr<T>()[cols + i]), 2.0);
+    }
+    const std::string kind = spatial ? "spatial" : "lastdim";
+    std::vector<std::string> want = {"softmax.fwd.cpu." + kind + ".i64", "softmax.bwd.cpu." + kind + ".i64",
+                                     "log_softmax.fwd.cpu." + kind + ".i64", "softmax.fwd.cpu." + kind + ".i64",
+                                     "log_softmax.bwd.cpu." + kind + ".i64"};
+    const auto rec = trace.records();
+    ASSERT_EQ(rec.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(rec[i].path, want[i]);
+  }
+}
+
+// Special values on both paths: every row kind of SEMANTICS.md side by side in one
+// tensor, rows along the last dim (lastdim) and the same rows as columns (spatial).
+TYPED_TEST(SoftmaxDtype, SpecialValueRowsBothPaths) {
+  using T = TypeParam;
+  const std::vector<std::vector<double>> rows = {
+      {-kInf, -kInf, -kInf, -kInf},  // all -inf -> NaN
+      {1.0, kNaN, 2.0, -kInf},       // a NaN -> NaN
+      {1.0, kInf, 2.0, 3.0},         // a +inf -> NaN
+      {kInf, kInf, -kInf, 0.0},      // +inf twice -> NaN
+      {kNaN, -kInf, -kInf, -kInf},   // NaN among -inf -> NaN
+      {-kInf, 1.0, -kInf, 1.0},      // -inf elements -> exactly 0, the rest 0.5
+      {-kInf, -kInf, -kInf, 2.0},    // one finite value -> one-hot
+      {800.0, -800.0, 400.0, 0.0},   // large spread: exp underflows to 0 (float64 too)
+      {-3.0, -3.0, -3.0, -3.0},      // all equal
+  };
+  const int64_t R = int64_t(rows.size()), D = 4;
+  std::vector<double> last, spat(size_t(R * D));
+  for (const auto& r : rows) last.insert(last.end(), r.begin(), r.end());
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t d = 0; d < D; ++d) spat[size_t(d * R + r)] = rows[size_t(r)][size_t(d)];
+  Rng rng;
+  SEED_TRACE(rng);
+  const auto g = rng.grads(size_t(R * D));
+  check_against_reference<T>(decompose({R, D}, 1), last, g);
+  check_against_reference<T>(decompose({D, R}, 0), spat, g);
+  // Spot checks that do not rely on the reference.
+  const DType dt = dtype_of<T>();
+  auto xt = to_t<T>(last);
+  const Tensor y = softmax(TensorView(xt.data(), dt, {R, D}), 1);
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t d = 0; d < D; ++d) EXPECT_TRUE(std::isnan(to_double(y.ptr<T>()[r * D + d]))) << "row " << r;
+  EXPECT_EQ(to_double(y.ptr<T>()[5 * D + 0]), 0.0);
+  EXPECT_EQ(to_double(y.ptr<T>()[5 * D + 1]), 0.5);
+  EXPECT_EQ(to_double(y.ptr<T>()[6 * D + 3]), 1.0);
+  EXPECT_EQ(to_double(y.ptr<T>()[7 * D + 1]), 0.0);
+}
+
+// A dim of size 1: softmax 1, log_softmax 0, gradient 0 (both ops), both paths.
+TYPED_TEST(SoftmaxDtype, DimOfSizeOneBothPaths) {
+  using T = TypeParam;
+  const DType dt = dtype_of<T>();
+  Rng rng;
+  SEED_TRACE(rng);
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{6, 1}, 1}, {{1, 6}, 0}, {{2, 1, 3}, 1}}) {
+    const size_t n = size_t(numel(shape));
+    auto x = to_t<T>(rng.values(n, 50.0)), g = to_t<T>(rng.grads(n));
+    const TensorView xv(x.data(), dt, shape), gv(g.data(), dt, shape);
+    const Tensor y = softmax(xv, dim), yl = log_softmax(xv, dim);
+    const Tensor gi = softmax_backward(gv, y, dim), gil = log_softmax_backward(gv, yl, dim);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(to_double(y.ptr<T>()[i]), 1.0);
+      EXPECT_EQ(to_double(yl.ptr<T>()[i]), 0.0);
+      EXPECT_EQ(to_double(gi.ptr<T>()[i]), 0.0);
+      EXPECT_EQ(to_double(gil.ptr<T>()[i]), 0.0);
+    }
+  }
+}
+
+// ---- empty, 0-dim ---------------------------------------------------------------
+
+TEST(SoftmaxCpu, EmptyTensorsAndDimOfSizeZeroLaunchNothing) {
+  float dummy[4] = {1, 2, 3, 4};
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
+           {{3, 0}, 1}, {{3, 0}, 0}, {{0, 5}, 1}, {{0, 5}, -2}, {{0}, 0}, {{2, 0, 4}, 1}, {{2, 3, 0}, 1}}) {
+    SCOPED_TRACE(shape_string(shape) + " dim " + std::to_string(dim));
+    const TensorView x(dummy, DType::Float32, shape);
+    TraceSession trace;
+    for (bool log : {false, true}) {
+      const Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
+      EXPECT_EQ(y.sizes(), shape);
+      const Tensor gi = log ? log_softmax_backward(x, y, dim) : softmax_backward(x, y, dim);
+      EXPECT_EQ(gi.sizes(), shape);
+      softmax_out(x, dim, TensorView(dummy + 2, DType::Float32, shape));  // empty out: nothing written
+    }
+    EXPECT_TRUE(trace.records().empty()) << "a kernel ran on an empty tensor";
+  }
+  EXPECT_EQ(dummy[2], 3.0f);
+}
+
+TEST(SoftmaxCpu, ZeroDimIsTreatedAsOneElementLastdim) {
+  double v = 3.5, g = -1.25;
+  const TensorView x(&v, DType::Float64, {}), gv(&g, DType::Float64, {});
+  TraceSession trace;
+  for (int64_t dim : {0, -1}) {
+    const Tensor y = softmax(x, dim), yl = log_softmax(x, dim);
+    EXPECT_TRUE(y.sizes().empty());
+    EXPECT_EQ(y.ptr<double>()[0], 1.0);
+    EXPECT_EQ(yl.ptr<double>()[0], 0.0);
+    EXPECT_EQ(softmax_backward(gv, y, dim).ptr<double>()[0], 0.0);
+    EXPECT_EQ(log_softmax_backward(gv, yl, dim).ptr<double>()[0], 0.0);
+  }
+  const auto rec = trace.records();
+  ASSERT_EQ(rec.size(), 8u);
+  EXPECT_EQ(rec[0].path, "softmax.fwd.cpu.lastdim.i64");
+  EXPECT_THROW(softmax(x, 1), ValueError);
+  EXPECT_THROW(softmax(x, -2), ValueError);
+  double inf = kInf;
+  EXPECT_TRUE(std::isnan(softmax(TensorView(&inf, DType::Float64, {}), 0).ptr<double>()[0]));
+}
+
+// ---- trace, one test per path ----------------------------------------------------
+
+struct PathCase {
+  bool log;
+  Direction dir;
+  bool spatial;
+};
+
+void expect_single_launch(const PathCase& c) {
+  std::vector<float> x(6 * 5), g(6 * 5);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = float(i % 7) * 0.5f - 1.0f;
+    g[i] = float(i % 5) - 2.0f;
+  }
+  const Shape shape{6, 5};
+  const int64_t dim = c.spatial ? 0 : 1;
+  const TensorView xv(x.data(), DType::Float32, shape), gv(g.data(), DType::Float32, shape);
+  const Tensor y = c.log ? log_softmax(xv, dim) : softmax(xv, dim);
+  TraceSession trace;
+  if (c.dir == Direction::Fwd) c.log ? log_softmax(xv, dim) : softmax(xv, dim);
+  else c.log ? log_softmax_backward(gv, y, dim) : softmax_backward(gv, y, dim);
+  const auto rec = trace.records();
+  ASSERT_EQ(rec.size(), 1u);
+  const std::string op = c.log ? "log_softmax" : "softmax";
+  EXPECT_EQ(rec[0].path, op + (c.dir == Direction::Fwd ? ".fwd" : ".bwd") + ".cpu." +
+                             (c.spatial ? "spatial" : "lastdim") + ".i64");
+  EXPECT_EQ(rec[0].op, op);
+  EXPECT_EQ(rec[0].direction, c.dir);
+  EXPECT_EQ(rec[0].backend, Backend::CPU);
+  EXPECT_EQ(rec[0].index_bits, 64);
+  EXPECT_NO_THROW(path_info(rec[0].path));
+}
+
+TEST(SoftmaxTrace, SoftmaxFwdLastdim) { expect_single_launch({false, Direction::Fwd, false}); }
+TEST(SoftmaxTrace, SoftmaxFwdSpatial) { expect_single_launch({false, Direction::Fwd, true}); }
+TEST(SoftmaxTrace, SoftmaxBwdLastdim) { expect_single_launch({false, Direction::Bwd, false}); }
+TEST(SoftmaxTrace, SoftmaxBwdSpatial) { expect_single_launch({false, Direction::Bwd, true}); }
+TEST(SoftmaxTrace, LogSoftmaxFwdLastdim) { expect_single_launch({true, Direction::Fwd, false}); }
+TEST(SoftmaxTrace, LogSoftmaxFwdSpatial) { expect_single_launch({true, Direction::Fwd, true}); }
+TEST(SoftmaxTrace, LogSoftmaxBwdLastdim) { expect_single_launch({true, Direction::Bwd, false}); }
+TEST(SoftmaxTrace, LogSoftmaxBwdSpatial) { expect_single_launch({true, Direction::Bwd, true}); }
+
+TEST(SoftmaxTrace, EveryCpuSoftmaxPathIsRegistered) {
+  int n = 0;
+  for (const auto& p : paths())
+    if (p.backend == Backend::CPU && (p.op == "softmax" || p.op == "log_softmax")) {
+      ++n;
+      EXPECT_EQ(p.index_bits, 64);
+    }
+  EXPECT_EQ(n, 8);
+}
+
+// ---- strides ---------------------------------------------------------------------
+
+// A transposed view and a slice with a step give bitwise the result of their
+// contiguous copy, forward and backward, over every dim.
+TEST(SoftmaxCpu, NonContiguousInputsEqualTheirContiguousCopy) {
+  Rng rng;
+  SEED_TRACE(rng);
+  const int64_t A = 37, B = 53;
+  std::vector<float> base(size_t(A * B)), gbase(size_t(A * B));
+  for (auto& v : base) v = float(rng.uniform(-5, 5));
+  for (auto& v : gbase) v = float(rng.uniform(-2, 2));
+  // Transposed: logical [B, A] over storage [A, B].
+  const TensorView xt(base.data(), DType::Float32, {B, A}, {1, B});
+  const TensorView gt(gbase.data(), DType::Float32, {B, A}, {1, B});
+  // Slice with a step: rows 1, 3, 5, ... and columns 0, 3, 6, ... of [A, B].
+  const TensorView xs(base.data() + B, DType::Float32, {A / 2, (B + 2) / 3}, {2 * B, 3});
+  const TensorView gs(gbase.data() + B, DType::Float32, {A / 2, (B + 2) / 3}, {2 * B, 3});
+  for (const auto& [x, g] : std::vector<std::pair<TensorView, TensorView>>{{xt, gt}, {xs, gs}}) {
+    ASSERT_FALSE(x.is_contiguous());
+    const Tensor xc = Tensor::contiguous_copy(x), gc = Tensor::contiguous_copy(g);
+    for (int64_t dim : {0, 1, -1}) {
+      for (bool log : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "dim " << dim << (log ? " log" : ""));
+        const Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
+        const Tensor yc = log ? log_softmax(xc, dim) : softmax(xc, dim);
+        ASSERT_EQ(0, std::memcmp(y.data(), yc.data(), size_t(y.numel()) * 4));
+        // Non-contiguous grad and output: output as a transposed copy of y.
+        const Tensor gi = log ? log_softmax_backward(g, y, dim) : softmax_backward(g, y, dim);
+        const Tensor gic = log ? log_softmax_backward(gc, yc, dim) : softmax_backward(gc, yc, dim);
+        ASSERT_EQ(0, std::memcmp(gi.data(), gic.data(), size_t(gi.numel()) * 4));
+      }
+    }
+  }
+  // A non-contiguous output argument to the backward (transposed storage).
+  const Tensor yc = softmax(Tensor::contiguous_copy(xt), 1);
+  std::vector<float> ystore(size_t(A * B));
+  for (int64_t i = 0; i < B; ++i)
+    for (int64_t j = 0; j < A; ++j) ystore[size_t(j * B + i)] = yc.ptr<float>()[i * A + j];
+  const TensorView yt(ystore.data(), DType::Float32, {B, A}, {1, B});
+  const Tensor gi = softmax_backward(gt, yt, 1), gic = softmax_backward(Tensor::contiguous_copy(gt), yc, 1);
+  EXPECT_EQ(0, std::memcmp(gi.data(), gic.data(), size_t(gi.numel()) * 4));
+}
+
+// Same inputs, same bits, run after run (threads split the rows).
+TEST(SoftmaxCpu, DeterministicAcrossRuns) {
+  Rng rng;
+  SEED_TRACE(rng);
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{64, 20000}, 1}, {{4, 3000, 300}, 1}}) {
+    std::vector<float> x(size_t(numel(shape)));
+    for (auto& v : x) v = float(rng.uniform(-8, 8));
+    const TensorView xv(x.data(), DType::Float32, shape);
+    const Tensor a = softmax(xv, dim), b = softmax(xv, dim);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), x.size() * 4));
+    const Tensor ga = softmax_backward(xv, a, dim), gb = softmax_backward(xv, a, dim);
+    EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), x.size() * 4));
+  }
+}
+
+// ---- validation --------------------------------------------------------------------
+
+template <class E, class F>
+void expect_error_naming(F&& f, const std::string& name) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one naming '" << name << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << "message: " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+TEST(SoftmaxCpu, ValidationErrorsNameTheArgument) {
+  std::vector<float> a(12, 0.5f), b(12, 0.25f);
+  std::vector<int32_t> ints(12, 1);
+  std::vector<float> out(12, 7.0f);
+  const TensorView x(a.data(), DType::Float32, {3, 4}), y(b.data(), DType::Float32, {3, 4});
+  const TensorView o(out.data(), DType::Float32, {3, 4});
+  // dim out of range, both signs, every entry point
+  expect_error_naming<ValueError>([&] { softmax(x, 2); }, "dim=2");
+  expect_error_naming<ValueError>([&] { log_softmax(x, -3); }, "dim=-3");
+  expect_error_naming<ValueError>([&] { softmax_out(x, 5, o); }, "dim");
+  expect_error_naming<ValueError>([&] { softmax_backward(x, y, 2); }, "dim");
+  expect_error_naming<ValueError>([&] { log_softmax_backward(x, y, -3); }, "dim");
+  // grad / output mismatch
+  expect_error_naming<ValueError>([&] { softmax_backward(TensorView(a.data(), DType::Float32, {4, 3}), y, 1); },
+                                  "grad");
+  expect_error_naming<ValueError>([&] { log_softmax_backward(TensorView(a.data(), DType::Float32, {12}), y, 0); },
+                                  "grad");
+  expect_error_naming<TypeError>([&] { softmax_backward(TensorView(a.data(), DType::Float64, {3, 2}),
+                                                        TensorView(b.data(), DType::Float32, {3, 2}), 1); },
+                                 "grad");
+  // outputs: shape, dtype, contiguity, overlap
+  expect_error_naming<ValueError>([&] { softmax_out(x, 1, TensorView(out.data(), DType::Float32, {4, 3})); }, "out");
+  std::vector<double> dout(12, 7.0);
+  expect_error_naming<TypeError>([&] { softmax_out(x, 1, TensorView(dout.data(), DType::Float64, {3, 4})); }, "out");
+  expect_error_naming<ValueError>([&] { softmax_out(x, 1, TensorView(out.data(), DType::Float32, {3, 4}, {1, 3})); },
+                                  "out");
+  expect_error_naming<ValueError>([&] { softmax_out(x, 1, x); }, "out");
+  expect_error_naming<ValueError>(
+      [&] { softmax_backward_out(x, y, 1, TensorView(out.data(), DType::Float32, {3, 3})); }, "grad_input");
+  expect_error_naming<ValueError>([&] { log_softmax_backward_out(x, y, 1, y); }, "grad_input");
+  // unsupported dtypes
+  expect_error_naming<TypeError>([&] { softmax(TensorView(ints.data(), DType::Int32, {3, 4}), 1); }, "x");
+  expect_error_naming<TypeError>([&] { log_softmax(TensorView(ints.data(), DType::Int64, {6}), 0); }, "x");
+  expect_error_naming<TypeError>([&] {
+    softmax_backward(TensorView(ints.data(), DType::Int32, {3, 4}), TensorView(ints.data(), DType::Int32, {3, 4}), 1);
+  }, "grad");
+  expect_error_naming<TypeError>([&] {
+    log_softmax_backward(y, TensorView(ints.data(), DType::Int32, {3, 4}), 1);
+  }, "output");
+  // A failed call wrote nothing into the caller's output.
+  for (float v : out) EXPECT_EQ(v, 7.0f);
+  for (double v : dout) EXPECT_EQ(v, 7.0);
+  // CUDA tensors: no softmax CUDA path in this build.
+  EXPECT_THROW(softmax(TensorView(a.data(), DType::Float32, {3, 4}, {}, {Device::CUDA, 0}), 1), ValueError);
+}
+
+// ---- building block ------------------------------------------------------------
+
+// The float exp of the epilogues (a polynomial on the host) against double exp:
+// within 2 ulp over the whole range softmax uses, subnormal results included,
+// and the special values exact.
+TEST(SoftmaxOps, ExpAccFloatWithinTwoUlp) {
+  double worst = 0;
+  for (float x = -103.0f; x < 88.7f; x += 0.0137f) {
+    const double want = std::exp(double(x));
+    const float got = ops::exp_acc(x);
+    const double ulp = want < 1.1754943508222875e-38 ? 1.401298464324817e-45
+                                                     : std::ldexp(1.0, std::ilogb(want) - 23);
+    worst = std::max(worst, std::fabs(double(got) - want) / ulp);
+  }
+  EXPECT_LE(worst, 2.0);
+  EXPECT_EQ(ops::exp_acc(0.0f), 1.0f);
+  EXPECT_EQ(ops::exp_acc(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(ops::exp_acc(-200.0f), 0.0f);
+  EXPECT_EQ(ops::exp_acc(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(ops::exp_acc(89.0f), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(ops::exp_acc(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_GT(ops::exp_acc(-100.0f), 0.0f);  // a subnormal result, not flushed
+}
+
+}  // namespace
