@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _C
+from . import _frameworks as _fw
 
 __all__ = ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"]
 
@@ -32,25 +33,44 @@ def _dim(dim):
     return int(dim)
 
 
-def softmax(x, dim):
-    """softmax of ``x`` along ``dim`` (wrapped like a Python index)."""
-    return _C.softmax(_array(x, "x"), _dim(dim))
+def _forward(name, x, dim, stream):
+    fw, dev = _fw.common([("x", x)])
+    if fw == "torch" and stream is None:
+        from . import torch as _st
+
+        return getattr(_st, name)(x, _dim(dim))
+    _array(x, "x")
+    return _fw.wrap(getattr(_C, name)(x, _dim(dim), _fw.current_stream(fw, dev, stream)), fw, dev)
 
 
-def log_softmax(x, dim):
+def _backward(name, grad, output, dim, stream):
+    fw, dev = _fw.common([("grad", grad), ("output", output)])
+    _array(grad, "grad")
+    _array(output, "output")
+    return _fw.wrap(getattr(_C, name)(grad, output, _dim(dim), _fw.current_stream(fw, dev, stream)), fw, dev)
+
+
+def softmax(x, dim, *, stream=None):
+    """softmax of ``x`` along ``dim`` (wrapped like a Python index). Returns the
+    caller's array type (NumPy, PyTorch, CuPy, JAX) on its device; PyTorch tensors
+    go through the ``segred.torch`` operator, so autograd works on them."""
+    return _forward("softmax", x, dim, stream)
+
+
+def log_softmax(x, dim, *, stream=None):
     """log_softmax of ``x`` along ``dim``: ``x - max - log(sum(exp(x - max)))``."""
-    return _C.log_softmax(_array(x, "x"), _dim(dim))
+    return _forward("log_softmax", x, dim, stream)
 
 
-def softmax_backward(grad, output, dim):
+def softmax_backward(grad, output, dim, *, stream=None):
     """Gradient of softmax: ``output * (grad - sum(grad * output, dim))``.
 
     ``output`` is softmax's result; ``grad`` has its shape and dtype."""
-    return _C.softmax_backward(_array(grad, "grad"), _array(output, "output"), _dim(dim))
+    return _backward("softmax_backward", grad, output, dim, stream)
 
 
-def log_softmax_backward(grad, output, dim):
+def log_softmax_backward(grad, output, dim, *, stream=None):
     """Gradient of log_softmax: ``grad - exp(output) * sum(grad, dim)``.
 
     ``output`` is log_softmax's result; ``grad`` has its shape and dtype."""
-    return _C.log_softmax_backward(_array(grad, "grad"), _array(output, "output"), _dim(dim))
+    return _backward("log_softmax_backward", grad, output, dim, stream)

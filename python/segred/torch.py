@@ -15,9 +15,9 @@ and ``register_autograd`` so backward runs segred's own backward op:
 - A second-order derivative request raises a RuntimeError naming the op.
 - Outputs are allocated by torch (its caching allocator) and CUDA work runs on
   torch's current stream; inputs are read in place (any strides on the CPU).
-- Autocast: softmax and log_softmax run in float32 under autocast, like torch's
-  own; segment_reduce runs in its input's dtype (torch.segment_reduce is not on
-  an autocast list either).
+- Autocast: as torch's own ops. softmax and log_softmax run in float32 under
+  CUDA autocast and in the input's dtype under CPU autocast; segment_reduce runs
+  in its input's dtype (torch.segment_reduce is on no autocast list).
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def _segment_backward(ctx, grad):
 _segment_reduce.register_autograd(_segment_backward, setup_context=_segment_setup)
 
 
-def _no_double_backward(name):
+def _no_double_backward(name):  # noqa: D401 - used by every op below
     def setup(ctx, inputs, output):
         pass
 
@@ -133,3 +133,69 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
         raise ValueError(f"segment_reduce: tie={tie!r} is not supported; expected split, first or last")
     return _segment_reduce(data, reduce, lengths, offsets, int(axis), bool(unsafe),
                            None if initial is None else float(initial), tie)
+
+
+# ---- softmax / log_softmax --------------------------------------------------------------
+
+def _make_softmax_ops(name):
+    fwd_name, bwd_name = name, f"{name}_backward"
+    fwd_c, fwd_out = getattr(_C, name), getattr(_C, f"{name}_out")
+    bwd_out = getattr(_C, f"{name}_backward_out")
+
+    @torch.library.custom_op(f"segred::{fwd_name}", mutates_args=())
+    def fwd(x: torch.Tensor, dim: int) -> torch.Tensor:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        fwd_out(x.detach(), dim, out, _stream(x))
+        return out
+
+    @fwd.register_fake
+    def _(x, dim):
+        if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):
+            raise ValueError(f"{name}: dim={dim} is out of range for a tensor of {x.dim()} dims")
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    @torch.library.custom_op(f"segred::{bwd_name}", mutates_args=())
+    def bwd(grad: torch.Tensor, output: torch.Tensor, dim: int) -> torch.Tensor:
+        gi = torch.empty(output.shape, dtype=output.dtype, device=output.device)
+        bwd_out(grad.contiguous(), output.detach(), dim, gi, _stream(output))
+        return gi
+
+    @bwd.register_fake
+    def _(grad, output, dim):
+        return torch.empty_like(output, memory_format=torch.contiguous_format)
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.dim = inputs[1]
+
+    def backward(ctx, grad):
+        (output,) = ctx.saved_tensors
+        return bwd(grad, output, ctx.dim), None
+
+    fwd.register_autograd(backward, setup_context=setup)
+    b, s = _no_double_backward(name)
+    bwd.register_autograd(b, setup_context=s)
+    # Like torch's own softmax: CUDA autocast runs it in float32; CPU autocast
+    # leaves it in the input's dtype (softmax is on CUDA's fp32 list only).
+    torch.library.register_autocast(f"segred::{fwd_name}", "cuda", torch.float32)
+    del fwd_c
+    return fwd
+
+
+_softmax_op = _make_softmax_ops("softmax")
+_log_softmax_op = _make_softmax_ops("log_softmax")
+
+
+def softmax(input, dim, dtype=None):
+    """torch.softmax with segred's kernels: the same arguments (``dtype`` casts the
+    input first, as torch does)."""
+    if dtype is not None:
+        input = input.to(dtype)
+    return _softmax_op(input, int(dim))
+
+
+def log_softmax(input, dim, dtype=None):
+    """torch.log_softmax with segred's kernels: the same arguments."""
+    if dtype is not None:
+        input = input.to(dtype)
+    return _log_softmax_op(input, int(dim))

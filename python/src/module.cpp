@@ -16,6 +16,7 @@ using segred::py::InArray;
 namespace segred::py {
 void bind_extensions(nb::module_& m);  // python/src/extensions.cpp: bindings of the other op families
 void bind_check(nb::module_& m);       // python/src/check_bindings.cpp: the verification matrix
+void bind_jax(nb::module_& m);         // python/src/jax_ffi.cpp (or no_jax.cpp): XLA FFI handlers
 }
 
 namespace {
@@ -161,4 +162,5 @@ NB_MODULE(_C, m) {
 
   segred::py::bind_extensions(m);
   segred::py::bind_check(m);
+  segred::py::bind_jax(m);
 }

@@ -156,3 +156,40 @@ def test_errors_name_the_argument():
         st.segment_reduce(torch.randn(4), "max", lengths=torch.tensor([4]), tie="random")
     with pytest.raises(NotImplementedError, match="indices"):
         st.segment_reduce(torch.randn(4), "sum", indices=torch.tensor([0]))
+
+
+# ---- softmax / log_softmax ------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,ref", [(st.softmax, torch.softmax), (st.log_softmax, torch.log_softmax)])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_ops_gradcheck_and_match_torch(op, ref, dim):
+    x = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: op(t, dim), (x,))
+    g = torch.randn(4, 3, 5, dtype=torch.float64)  # signed, non-unit
+    (ours,) = torch.autograd.grad(op(x, dim), x, g)
+    (theirs,) = torch.autograd.grad(ref(x, dim), x, g)
+    torch.testing.assert_close(op(x, dim), ref(x, dim))
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_softmax_opcheck_compile_dtype_and_second_order():
+    x = torch.randn(6, 7, requires_grad=True)
+    for name in ("softmax", "log_softmax"):
+        torch.library.opcheck(getattr(torch.ops.segred, name).default, (x, 1))
+        y = getattr(st, name)(x, 1)
+        torch.library.opcheck(getattr(torch.ops.segred, name + "_backward").default,
+                              (torch.randn(6, 7), y.detach(), 1))
+    f = torch.compile(lambda t: (st.softmax(t, 0) * st.log_softmax(t, 1)).sum(), fullgraph=True)
+    torch.testing.assert_close(f(x), (torch.softmax(x, 0) * torch.log_softmax(x, 1)).sum())
+    assert st.softmax(x, 1, dtype=torch.float64).dtype == torch.float64
+    (g,) = torch.autograd.grad(st.softmax(x, 1).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="second-order"):
+        g.sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_autocast_dtype_like_torch(dtype):
+    x = torch.randn(4, 4, dtype=dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert st.softmax(x, 1).dtype == torch.softmax(x, 1).dtype
+        assert st.log_softmax(x, 1).dtype == torch.log_softmax(x, 1).dtype
