@@ -13,6 +13,7 @@
 
 #include "cli/cases.h"
 #include "cli/report.h"
+#include "cli/segment_softmax_cases.h"
 #include "cli/softmax_cases.h"
 #include "segred/segred.h"
 
@@ -204,13 +205,18 @@ int run_check(const CheckOptions& opt) {
   Reached reached;
   int wrong = 0, skipped = 0;
   print_row_header();
-  Progress progress((cases.size() + large.size()) * devices.size());
+  size_t total = 0;
+  for (const DeviceRef dev : devices)
+    total += cases.size() + large.size() + softmax_case_count(dev) +
+             (dev.type == Device::CPU ? segment_softmax_case_count() : 0);
+  Progress progress(total);
   auto record = [&](Row row) {
     for (size_t a = 0, b; a < row.paths.size(); a = b + 1) {
       b = row.paths.find(',', a);
       if (b == std::string::npos) b = row.paths.size();
       reached[row.paths.substr(a, b - a)].push_back(row.name);
     }
+    if (row.name.rfind("segment_reduce", 0) != 0 && row.op != "segment_reduce") progress.step(row.name);
     if (row.verdict == "WRONG") ++wrong;
     if (row.verdict == "skipped") ++skipped;
     if (!opt.quiet || row.verdict != "ok") print_row(row);
@@ -243,6 +249,7 @@ int run_check(const CheckOptions& opt) {
       record(std::move(row));
     }
     run_softmax_cases(dev, record);  // cli/softmax_cases.cpp: the softmax family's rows
+    run_segment_softmax_cases(dev, record);  // cli/segment_softmax_cases.cpp: the ragged softmax rows
   }
 
   // Coverage: every registered path of the devices checked.

@@ -12,6 +12,14 @@ import numpy as _np
 from . import _C
 from . import _frameworks as _fw
 from ._softmax import log_softmax, log_softmax_backward, softmax, softmax_backward  # noqa: E402
+from ._segment_softmax import (  # noqa: E402
+    segment_log_softmax,
+    segment_log_softmax_backward,
+    segment_logsumexp,
+    segment_logsumexp_backward,
+    segment_softmax,
+    segment_softmax_backward,
+)
 
 __all__ = [
     "segment_reduce",
@@ -20,6 +28,12 @@ __all__ = [
     "log_softmax",
     "softmax_backward",
     "log_softmax_backward",
+    "segment_softmax",
+    "segment_log_softmax",
+    "segment_logsumexp",
+    "segment_softmax_backward",
+    "segment_log_softmax_backward",
+    "segment_logsumexp_backward",
     "trace",
     "paths",
     "built_with_cuda",

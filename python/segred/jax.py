@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _C
 
-__all__ = ["segment_reduce", "softmax", "log_softmax"]
+__all__ = ["segment_reduce", "softmax", "log_softmax", "segment_softmax", "segment_log_softmax", "segment_logsumexp"]
 
 if _C.jax_ffi_targets is None:  # pragma: no cover - depends on the build
     raise ImportError("segred.jax: this segred build has no XLA FFI handlers (jax was not importable when it "
@@ -117,3 +117,55 @@ def softmax(x, axis=-1):
 def log_softmax(x, axis=-1):
     """log_softmax along ``axis`` (segred's kernels; differentiable)."""
     return _softmax(jnp.asarray(x), int(axis), True)
+
+
+_SEGSOFT = {"softmax": 0, "log_softmax": 1, "logsumexp": 2}
+
+
+def _segsoft_attrs(kind, meta_kind, axis, unsafe):
+    return dict(op=np.int64(_SEGSOFT[kind]), offsets=np.bool_(meta_kind == "offsets"), axis=np.int64(axis),
+                unsafe=np.bool_(unsafe))
+
+
+def _segsoft_call(data, meta, kind, meta_kind, axis, unsafe):
+    shape = _segment_shape(data, meta, meta_kind, axis) if kind == "logsumexp" else data.shape
+    return jax.ffi.ffi_call("segred_segment_softmax", jax.ShapeDtypeStruct(shape, data.dtype))(
+        data, meta, **_segsoft_attrs(kind, meta_kind, axis, unsafe))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5))
+def _segment_softmax(data, meta, kind, meta_kind, axis, unsafe):
+    return _segsoft_call(data, meta, kind, meta_kind, axis, unsafe)
+
+
+def _segsoft_fwd(data, meta, kind, meta_kind, axis, unsafe):
+    y = _segsoft_call(data, meta, kind, meta_kind, axis, unsafe)
+    return y, (data, meta, y)
+
+
+def _segsoft_bwd(kind, meta_kind, axis, unsafe, res, g):
+    data, meta, y = res
+    gi = jax.ffi.ffi_call("segred_segment_softmax_backward", jax.ShapeDtypeStruct(data.shape, data.dtype))(
+        g.astype(data.dtype), y, data, meta, **_segsoft_attrs(kind, meta_kind, axis, unsafe))
+    return gi, np.zeros(meta.shape, dtype=jax.dtypes.float0)
+
+
+_segment_softmax.defvjp(_segsoft_fwd, _segsoft_bwd)
+
+
+def _segsoft_api(kind):
+    def api(data, *, lengths=None, offsets=None, axis=0, unsafe=False):
+        if (lengths is None) == (offsets is None):
+            raise ValueError(f"segment_{kind}: pass exactly one of lengths and offsets")
+        meta_kind = "lengths" if lengths is not None else "offsets"
+        meta = jnp.asarray(lengths if lengths is not None else offsets)
+        return _segment_softmax(jnp.asarray(data), meta, kind, meta_kind, int(axis), bool(unsafe))
+
+    api.__name__ = f"segment_{kind}"
+    api.__doc__ = f"segred.segment_{kind} for JAX arrays (jit, grad)."
+    return api
+
+
+segment_softmax = _segsoft_api("softmax")
+segment_log_softmax = _segsoft_api("log_softmax")
+segment_logsumexp = _segsoft_api("logsumexp")

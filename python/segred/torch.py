@@ -199,3 +199,73 @@ def log_softmax(input, dim, dtype=None):
     if dtype is not None:
         input = input.to(dtype)
     return _log_softmax_op(input, int(dim))
+
+
+# ---- segment_softmax / segment_log_softmax / segment_logsumexp ---------------------------------
+
+def _make_segment_softmax_ops(kind, code):
+    name = f"segment_{kind}"
+    lse = kind == "logsumexp"
+
+    def out_shape(data, lengths, offsets, axis):
+        if not lse:
+            return list(data.shape)
+        return _segment_out_shape(data, lengths, offsets, axis)
+
+    @torch.library.custom_op(f"segred::{name}", mutates_args=())
+    def fwd(data: torch.Tensor, lengths: Optional[torch.Tensor], offsets: Optional[torch.Tensor], axis: int,
+            unsafe: bool) -> torch.Tensor:
+        shape = out_shape(data, lengths, offsets, axis)
+        if shape is None:  # let the native layer name the broken rule
+            _C.segment_softmax(code, data, lengths, offsets, axis, unsafe, _stream(data))
+            raise ValueError(f"{name}: invalid arguments")
+        out = torch.empty(shape, dtype=data.dtype, device=data.device)
+        _C.segment_softmax_out(code, data.detach(), lengths, offsets, axis, unsafe, out, _stream(data))
+        return out
+
+    @fwd.register_fake
+    def _(data, lengths, offsets, axis, unsafe):
+        shape = out_shape(data, lengths, offsets, axis)
+        if shape is None:
+            raise ValueError(f"{name}: exactly one of lengths/offsets, with ndim == axis + 1, is required")
+        return data.new_empty(shape)
+
+    @torch.library.custom_op(f"segred::{name}_backward", mutates_args=())
+    def bwd(grad: torch.Tensor, output: torch.Tensor, data: torch.Tensor, lengths: Optional[torch.Tensor],
+            offsets: Optional[torch.Tensor], axis: int, unsafe: bool) -> torch.Tensor:
+        gi = torch.empty(data.shape, dtype=data.dtype, device=data.device)
+        _C.segment_softmax_backward_out(code, grad.contiguous(), output.detach(), data.detach(), lengths, offsets,
+                                        axis, unsafe, gi, _stream(data))
+        return gi
+
+    @bwd.register_fake
+    def _(grad, output, data, lengths, offsets, axis, unsafe):
+        return torch.empty_like(data, memory_format=torch.contiguous_format)
+
+    def setup(ctx, inputs, output):
+        data, lengths, offsets, axis, unsafe = inputs
+        ctx.save_for_backward(data if lse else None, output, lengths, offsets)
+        ctx.args = (axis, unsafe)
+
+    def backward(ctx, grad):
+        data, output, lengths, offsets = ctx.saved_tensors
+        axis, unsafe = ctx.args
+        gi = bwd(grad, output, data if lse else output, lengths, offsets, axis, unsafe)
+        return gi, None, None, None, None
+
+    fwd.register_autograd(backward, setup_context=setup)
+    b, s = _no_double_backward(name)
+    bwd.register_autograd(b, setup_context=s)
+
+    def api(data, *, lengths=None, offsets=None, axis=0, unsafe=False):
+        return fwd(data, lengths, offsets, int(axis), bool(unsafe))
+
+    api.__name__ = name
+    api.__doc__ = f"segred.{name} as a PyTorch operator (autograd, torch.compile)."
+    return api
+
+
+segment_softmax = _make_segment_softmax_ops("softmax", 0)
+segment_log_softmax = _make_segment_softmax_ops("log_softmax", 1)
+segment_logsumexp = _make_segment_softmax_ops("logsumexp", 2)
+__all__ += ["segment_softmax", "segment_log_softmax", "segment_logsumexp"]

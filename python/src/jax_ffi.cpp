@@ -112,7 +112,40 @@ ffi::Error softmax_backward_impl(void* stream, ffi::AnyBuffer grad, ffi::AnyBuff
   });
 }
 
+ffi::Error segment_softmax_impl(void* stream, ffi::AnyBuffer data, ffi::AnyBuffer meta,
+                                ffi::Result<ffi::AnyBuffer> out, int64_t op, bool offsets, int64_t axis,
+                                bool unsafe) {
+  return guarded(stream, [&] {
+    SEGRED_CHECK(op >= 0 && op <= 2, ValueError, "segment softmax: unknown op ", op);
+    const DeviceRef dev = device_for(stream);
+    segment_softmax_out(SegmentSoftmaxOp(op), view(data, dev), segments(view(meta, dev), offsets, axis, unsafe,
+                                                                        false, 0.0),
+                        view(*out, dev));
+  });
+}
+
+ffi::Error segment_softmax_backward_impl(void* stream, ffi::AnyBuffer grad, ffi::AnyBuffer output,
+                                         ffi::AnyBuffer data, ffi::AnyBuffer meta,
+                                         ffi::Result<ffi::AnyBuffer> grad_input, int64_t op, bool offsets,
+                                         int64_t axis, bool unsafe) {
+  return guarded(stream, [&] {
+    SEGRED_CHECK(op >= 0 && op <= 2, ValueError, "segment softmax: unknown op ", op);
+    const DeviceRef dev = device_for(stream);
+    segment_softmax_backward_out(SegmentSoftmaxOp(op), view(grad, dev), view(output, dev), view(data, dev),
+                                 segments(view(meta, dev), offsets, axis, unsafe, false, 0.0),
+                                 view(*grad_input, dev));
+  });
+}
+
 // CPU handlers get no stream (nullptr); GPU handlers get XLA's.
+ffi::Error segment_softmax_cpu(ffi::AnyBuffer d, ffi::AnyBuffer m, ffi::Result<ffi::AnyBuffer> o, int64_t op,
+                               bool off, int64_t ax, bool u) {
+  return segment_softmax_impl(nullptr, d, m, o, op, off, ax, u);
+}
+ffi::Error segment_softmax_backward_cpu(ffi::AnyBuffer g, ffi::AnyBuffer y, ffi::AnyBuffer d, ffi::AnyBuffer m,
+                                        ffi::Result<ffi::AnyBuffer> gi, int64_t op, bool off, int64_t ax, bool u) {
+  return segment_softmax_backward_impl(nullptr, g, y, d, m, gi, op, off, ax, u);
+}
 ffi::Error segment_reduce_cpu(ffi::AnyBuffer d, ffi::AnyBuffer m, ffi::Result<ffi::AnyBuffer> o, std::string_view r,
                               bool off, int64_t ax, bool u, bool hi, double i) {
   return segment_reduce_impl(nullptr, d, m, o, r, off, ax, u, hi, i);
@@ -156,7 +189,32 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SegredSoftmaxBackwardCpu, softmax_backward_cpu,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<int64_t>("dim")
                                   .Attr<bool>("log"));
+#define SEGRED_SEGSOFT_ATTRS .Attr<int64_t>("op").Attr<bool>("offsets").Attr<int64_t>("axis").Attr<bool>("unsafe")
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SegredSegmentSoftmaxCpu, segment_softmax_cpu,
+                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>()
+                                  SEGRED_SEGSOFT_ATTRS);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SegredSegmentSoftmaxBackwardCpu, segment_softmax_backward_cpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>() SEGRED_SEGSOFT_ATTRS);
 #ifdef SEGRED_WITH_CUDA
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SegredSegmentSoftmaxCuda, segment_softmax_impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void*>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>() SEGRED_SEGSOFT_ATTRS);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SegredSegmentSoftmaxBackwardCuda, segment_softmax_backward_impl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void*>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>() SEGRED_SEGSOFT_ATTRS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SegredSegmentReduceCuda, segment_reduce_impl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void*>>()
@@ -195,11 +253,15 @@ void bind_jax(nb::module_& m) {
   cpu["segred_segment_reduce_backward"] = cap(SegredSegmentReduceBackwardCpu);
   cpu["segred_softmax"] = cap(SegredSoftmaxCpu);
   cpu["segred_softmax_backward"] = cap(SegredSoftmaxBackwardCpu);
+  cpu["segred_segment_softmax"] = cap(SegredSegmentSoftmaxCpu);
+  cpu["segred_segment_softmax_backward"] = cap(SegredSegmentSoftmaxBackwardCpu);
 #ifdef SEGRED_WITH_CUDA
   cuda["segred_segment_reduce"] = cap(SegredSegmentReduceCuda);
   cuda["segred_segment_reduce_backward"] = cap(SegredSegmentReduceBackwardCuda);
   cuda["segred_softmax"] = cap(SegredSoftmaxCuda);
   cuda["segred_softmax_backward"] = cap(SegredSoftmaxBackwardCuda);
+  cuda["segred_segment_softmax"] = cap(SegredSegmentSoftmaxCuda);
+  cuda["segred_segment_softmax_backward"] = cap(SegredSegmentSoftmaxBackwardCuda);
 #endif
   m.attr("jax_ffi_targets") = nb::dict();
   m.attr("jax_ffi_targets")["cpu"] = cpu;

@@ -32,6 +32,14 @@ const std::vector<PathInfo> kPaths = {
     {"log_softmax.fwd.cpu.spatial.i64", "log_softmax", D::Fwd, B::CPU, 64},
     {"log_softmax.bwd.cpu.lastdim.i64", "log_softmax", D::Bwd, B::CPU, 64},
     {"log_softmax.bwd.cpu.spatial.i64", "log_softmax", D::Bwd, B::CPU, 64},
+    // ragged softmax family, CPU: one task per (row, segment), online max/sum
+    // merge along the segment, heads (inner) vectorised.
+    {"segment_softmax.fwd.cpu.i64", "segment_softmax", D::Fwd, B::CPU, 64},
+    {"segment_softmax.bwd.cpu.i64", "segment_softmax", D::Bwd, B::CPU, 64},
+    {"segment_log_softmax.fwd.cpu.i64", "segment_log_softmax", D::Fwd, B::CPU, 64},
+    {"segment_log_softmax.bwd.cpu.i64", "segment_log_softmax", D::Bwd, B::CPU, 64},
+    {"segment_logsumexp.fwd.cpu.i64", "segment_logsumexp", D::Fwd, B::CPU, 64},
+    {"segment_logsumexp.bwd.cpu.i64", "segment_logsumexp", D::Bwd, B::CPU, 64},
 #ifdef SEGRED_WITH_CUDA
     // segment_reduce, CUDA (src/core/segment_geometry.h): merge-path tiles over
     // segment ends + positions; "flat" = inner == 1 (warp tiles staged in shared

@@ -1,0 +1,121 @@
+// API layer of the ragged softmax family: validation (segment_reduce's rules),
+// planning, dispatch. CPU only for now; CUDA tensors get a clear error.
+#include "segred/segment_softmax.h"
+
+#include "segred/error.h"
+#include "src/core/api_util.h"
+#include "src/core/segments.h"
+#include "src/cpu/segment_softmax_kernels.h"
+
+namespace segred {
+
+std::string_view to_string(SegmentSoftmaxOp op) {
+  switch (op) {
+    case SegmentSoftmaxOp::Softmax: return "segment_softmax";
+    case SegmentSoftmaxOp::LogSoftmax: return "segment_log_softmax";
+    case SegmentSoftmaxOp::LogSumExp: return "segment_logsumexp";
+  }
+  return "?";
+}
+
+Plan plan_segment_softmax(const SegmentSoftmaxProblem& p) {
+  SEGRED_CHECK(p.backend == Backend::CPU, ValueError, to_string(p.op),
+               ": no CUDA path in this build yet (data must be on the CPU)");
+  static constexpr std::string_view kPaths[3][2] = {
+      {"segment_softmax.fwd.cpu.i64", "segment_softmax.bwd.cpu.i64"},
+      {"segment_log_softmax.fwd.cpu.i64", "segment_log_softmax.bwd.cpu.i64"},
+      {"segment_logsumexp.fwd.cpu.i64", "segment_logsumexp.bwd.cpu.i64"},
+  };
+  Plan plan;
+  plan.path = kPaths[int(p.op)][p.direction == Direction::Fwd ? 0 : 1];
+  plan.index_bits = 64;
+  return plan;
+}
+
+namespace {
+
+std::string op_name(SegmentSoftmaxOp op, Direction d) {
+  return std::string(to_string(op)) + (d == Direction::Bwd ? "_backward" : "");
+}
+
+detail::SegmentLayout resolve(const std::string& op, const TensorView& data, const Segments& seg) {
+  SEGRED_CHECK(!seg.initial, ValueError, op, ": initial is not an argument of the segment softmax family");
+  return detail::resolve_segments(op.c_str(), data, seg);
+}
+
+Shape result_shape(SegmentSoftmaxOp op, const detail::SegmentLayout& lay, const Shape& data_shape) {
+  Shape s = data_shape;
+  if (op == SegmentSoftmaxOp::LogSumExp) s[size_t(lay.axis)] = lay.S;
+  return s;
+}
+
+SegmentSoftmaxProblem problem(SegmentSoftmaxOp op, Direction d, const detail::SegmentLayout& lay,
+                              const TensorView& data) {
+  return {detail::backend_of(data), d, op, data.dtype, lay.outer, lay.L, lay.inner, lay.S};
+}
+
+}  // namespace
+
+void segment_softmax_out(SegmentSoftmaxOp op, const TensorView& data, const Segments& seg, const TensorView& out) {
+  const std::string name = op_name(op, Direction::Fwd);
+  const auto lay = resolve(name, data, seg);
+  detail::check_output(name.c_str(), "out", out, result_shape(op, lay, data.sizes), data.dtype, data.device,
+                       {&data});
+  const Plan plan = plan_segment_softmax(problem(op, Direction::Fwd, lay, data));
+  if (out.numel() == 0) return;  // nothing to write: no kernel runs
+  detail::Contig x(data);
+  cpu::segment_softmax_fwd(plan, op, lay, x.view, out);
+}
+
+namespace {
+Tensor forward(SegmentSoftmaxOp op, const TensorView& data, const Segments& seg) {
+  const auto lay = resolve(op_name(op, Direction::Fwd), data, seg);
+  Tensor out = Tensor::empty(result_shape(op, lay, data.sizes), data.dtype, data.device);
+  segment_softmax_out(op, data, seg, out);
+  return out;
+}
+}  // namespace
+
+Tensor segment_softmax(const TensorView& d, const Segments& s) { return forward(SegmentSoftmaxOp::Softmax, d, s); }
+Tensor segment_log_softmax(const TensorView& d, const Segments& s) {
+  return forward(SegmentSoftmaxOp::LogSoftmax, d, s);
+}
+Tensor segment_logsumexp(const TensorView& d, const Segments& s) { return forward(SegmentSoftmaxOp::LogSumExp, d, s); }
+
+void segment_softmax_backward_out(SegmentSoftmaxOp op, const TensorView& grad, const TensorView& output,
+                                  const TensorView& data, const Segments& seg, const TensorView& grad_input) {
+  const std::string name = op_name(op, Direction::Bwd);
+  const bool lse = op == SegmentSoftmaxOp::LogSumExp;
+  // softmax / log_softmax: the data's shape is the output's; the metadata is
+  // checked against it. logsumexp: against `data`.
+  const TensorView& shape_ref = lse ? data : output;
+  const auto lay = resolve(name, shape_ref, seg);
+  const Shape out_shape = result_shape(op, lay, shape_ref.sizes);
+  detail::check_tensor(name.c_str(), "output", output, out_shape, shape_ref.dtype, shape_ref.device);
+  detail::check_tensor(name.c_str(), "grad", grad, out_shape, shape_ref.dtype, shape_ref.device);
+  detail::check_output(name.c_str(), "grad_input", grad_input, shape_ref.sizes, shape_ref.dtype, shape_ref.device,
+                       {&grad, &output, &data});
+  const Plan plan = plan_segment_softmax(problem(op, Direction::Bwd, lay, shape_ref));
+  if (grad_input.numel() == 0) return;
+  detail::Contig g(grad), y(output), x(shape_ref);
+  cpu::segment_softmax_bwd(plan, op, lay, g.view, y.view, x.view, grad_input);
+}
+
+Tensor segment_softmax_backward(const TensorView& grad, const TensorView& output, const Segments& seg) {
+  Tensor gi = Tensor::empty(output.sizes, output.dtype, output.device);
+  segment_softmax_backward_out(SegmentSoftmaxOp::Softmax, grad, output, output, seg, gi);
+  return gi;
+}
+Tensor segment_log_softmax_backward(const TensorView& grad, const TensorView& output, const Segments& seg) {
+  Tensor gi = Tensor::empty(output.sizes, output.dtype, output.device);
+  segment_softmax_backward_out(SegmentSoftmaxOp::LogSoftmax, grad, output, output, seg, gi);
+  return gi;
+}
+Tensor segment_logsumexp_backward(const TensorView& grad, const TensorView& output, const TensorView& data,
+                                  const Segments& seg) {
+  Tensor gi = Tensor::empty(data.sizes, data.dtype, data.device);
+  segment_softmax_backward_out(SegmentSoftmaxOp::LogSumExp, grad, output, data, seg, gi);
+  return gi;
+}
+
+}  // namespace segred
