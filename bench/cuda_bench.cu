@@ -89,13 +89,14 @@ struct Case {
 std::vector<int64_t> exp_lengths(int64_t count, double mean, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> d(1.0 / mean);
-  std::vector<int64_t> v(size_t(count));
+  std::vector<int64_t> v(static_cast<size_t>(count));
   for (auto& x : v) x = int64_t(d(rng));
   return v;
 }
 
 std::vector<Case> cases() {
   std::vector<Case> c;
+  c.push_back({"1d_small_4kx16", 1, std::vector<int64_t>(256, 16)});  // launch latency dominates
   c.push_back({"1d_2Mx32", 1, std::vector<int64_t>(size_t(1) << 21, 32)});
   c.push_back({"1d_64x1M", 1, std::vector<int64_t>(64, int64_t(1) << 20)});
   c.push_back({"1d_200k_exp40", 1, exp_lengths(200000, 40, 1)});

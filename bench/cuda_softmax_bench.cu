@@ -6,6 +6,8 @@
 //   case|<case>|<dtype>|<dir>|<path grid block>|<ms>|<bytes>|<% of copy>
 // bench/cuda_softmax_bench.py runs torch on the same cases and joins the tables.
 // Built by tools/gpu-check-softmax with nvcc against libsegred.a.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>

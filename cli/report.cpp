@@ -2,9 +2,19 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 
 namespace segred::cli {
+
+bool close_enough(double got, double want, double tol, double& err) {
+  if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
+  if (std::isinf(want) || std::isinf(got)) return got == want;
+  const double e = std::fabs(got - want) / (1.0 + std::fabs(want));
+  err = std::max(err, e);
+  return e <= tol;
+}
 
 void print_row_header() {
   std::printf("%-60s %-6s %-40s %-9s %s\n", "case", "device", "path", "max err", "verdict");

@@ -18,6 +18,11 @@ struct Row {
   std::string detail;  // first mismatch, or why skipped
 };
 
+// One expected value checked: NaN must meet NaN, infinities must be equal, finite
+// values within `tol` of the scaled error |got - want| / (1 + |want|), whose
+// maximum is kept in `err`. Every verification row uses this rule.
+bool close_enough(double got, double want, double tol, double& err);
+
 struct CoverageLine {
   std::string path, backend;
   std::vector<std::string> cases;

@@ -14,13 +14,6 @@ namespace {
 const char* kKinds[] = {"softmax", "log_softmax", "logsumexp"};
 const double kGrads[] = {-2.5, 1.0};
 
-bool close(double got, double want, double tol, double& err) {
-  if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);
-  if (std::isinf(want) || std::isinf(got)) return got == want;
-  const double e = std::fabs(got - want) / (1.0 + std::fabs(want));
-  err = std::max(err, e);
-  return e <= tol;
-}
 
 template <class T>
 Row run_one(const Input& in, const std::string& kind, bool offsets, double g0, const std::string& dtype) {
@@ -60,7 +53,7 @@ Row run_one(const Input& in, const std::string& kind, bool offsets, double g0, c
   std::vector<double> yd(want_y.size());
   for (size_t i = 0; i < yd.size(); ++i) {
     yd[i] = double(y.ptr<T>()[i]);
-    if (!close(yd[i], want_y[i], tol, row.err) && row.verdict == "ok") {
+    if (!close_enough(yd[i], want_y[i], tol, row.err) && row.verdict == "ok") {
       row.verdict = "WRONG";
       row.detail = "forward[" + std::to_string(i) + "] = " + std::to_string(yd[i]) + ", expected " +
                    std::to_string(want_y[i]);
@@ -74,7 +67,7 @@ Row run_one(const Input& in, const std::string& kind, bool offsets, double g0, c
   const auto want_gi = reference::segment_softmax_backward(p, g, yd, x, kind);
   for (size_t i = 0; i < want_gi.size(); ++i) {
     const double got = double(gi.ptr<T>()[i]);
-    if (!close(got, want_gi[i], tol * 10, row.err) && row.verdict == "ok") {
+    if (!close_enough(got, want_gi[i], tol * 10, row.err) && row.verdict == "ok") {
       row.verdict = "WRONG";
       row.detail = "backward[" + std::to_string(i) + "] = " + std::to_string(got) + ", expected " +
                    std::to_string(want_gi[i]);

@@ -15,6 +15,13 @@
 //    so no metadata can make segred read or write outside its tensors.
 //  - outputs given to *_out must be contiguous, of the documented shape and dtype,
 //    and must not alias an input.
+//
+// CUDA: data, metadata and outputs on the same CUDA device. These functions queue
+// their kernels on the calling thread's current stream (segred/stream.h: the
+// default stream unless a StreamGuard is alive; the framework bindings set it to
+// the caller's stream). unsafe =
+// false copies the metadata to the host to validate it (one synchronisation);
+// unsafe = true never synchronises.
 #pragma once
 #include <optional>
 #include <string_view>

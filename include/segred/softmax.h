@@ -25,12 +25,12 @@
 //
 // Preconditions (checked; a violation throws segred::ValueError or, for dtypes,
 // segred::TypeError, naming the argument):
-//  - x, grad, output: float32/float64/float16/bfloat16, on the CPU, any strides
+//  - x, grad, output: float32/float64/float16/bfloat16, on the CPU or one CUDA device, any strides
 //    (a non-contiguous input is copied once; the result is the same).
 //  - dim in [-ndim, ndim) (ndim counted as 1 for a 0-dim tensor), wrapped like a
 //    Python index.
 //  - grad and output: the same shape and dtype.
-//  - outputs given to *_out: contiguous, the input's shape and dtype, on the CPU,
+//  - outputs given to *_out: contiguous, the input's shape and dtype, on the input's device,
 //    and not overlapping any input. A call that throws writes nothing.
 // Results are deterministic: the reduction order depends only on the shape and
 // the Plan, never on thread timing.

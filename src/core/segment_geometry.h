@@ -22,7 +22,9 @@
 //
 // Worked example: 1-D float32, L = 2^26, S = 2^21 segments of 32: U = 2^21 + 2,
 // D = U + N = 69,206,018 items; flat tiles are one warp x 16 items = 512 items,
-// so 135,169 tiles, 8 per block: grid 16,897 x 256 threads.
+// so 135,169 tiles, 8 per block: grid 16,897 x 256 threads. (16-bit types: 32
+// items per lane, 1024 per tile.) A partition kernel finds the W + 1 tile
+// boundaries first (one thread each), so no tile waits on a search.
 //
 // Paths:
 //   flat (inner == 1): a warp stages its tile's positions and segment ends in
@@ -48,8 +50,10 @@
 
 namespace segred::detail {
 
-constexpr int kFlatItemsPerLane = 16;
-constexpr int64_t kFlatTile = 32 * kFlatItemsPerLane;  // merge items per warp tile
+// Flat tiles: 16 merge items per lane (512 per warp) for 4- and 8-byte types, 32
+// (1024 per warp) for the 16-bit types, so a tile moves ~2 KB either way.
+constexpr int flat_items_per_lane(int esize) { return esize == 2 ? 32 : 16; }
+constexpr int64_t kFlatTile = 32 * 16;  // merge items per warp tile, 4- and 8-byte types
 constexpr int kFeatItems = 32;                          // merge items per feature group
 constexpr int kBlock = 256;                             // threads per block (before viability shrink)
 constexpr int64_t kIndex32Limit = (int64_t(1) << 31);    // every index < 2^31 for the 32-bit paths
@@ -96,7 +100,7 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     g.vec = 1;
     g.group = 32;
     g.slabs = 1;
-    g.items = kFlatTile;
+    g.items = 32 * flat_items_per_lane(esize);
     g.workers = ceil_div(D, g.items);
     threads = g.workers * 32;
   } else {

@@ -4,7 +4,9 @@
 
 #include "segred/error.h"
 #include "segred/segment_reduce.h"
+#include "segred/stream.h"
 #include "src/core/segment_geometry.h"
+#include "src/core/api_util.h"
 #include "src/core/segments.h"
 #include "src/cuda/kernels.h"
 #include "src/cpu/kernels.h"
@@ -74,48 +76,8 @@ Plan plan_segment_reduce(const SegmentProblem& p) {
 
 namespace {
 
-Backend backend_of(const TensorView& t) { return t.device.type == Device::CPU ? Backend::CPU : Backend::CUDA; }
-
-// Contiguous input for the kernels: the view itself, or a copy.
-struct Contig {
-  Tensor copy;
-  TensorView view;
-  explicit Contig(const TensorView& v) {
-    if (v.is_contiguous()) {
-      view = v;
-    } else {
-      copy = Tensor::contiguous_copy(v);
-      view = copy.view();
-    }
-  }
-};
-
-void check_out(const char* op, const char* name, const TensorView& t, const Shape& shape, DType dtype,
-               DeviceRef dev) {
-  SEGRED_CHECK(t.sizes == shape, ValueError, op, ": ", name, " has shape ", shape_string(t.sizes), ", expected ",
-               shape_string(shape));
-  SEGRED_CHECK(t.dtype == dtype, TypeError, op, ": ", name, " has dtype ", dtype_name(t.dtype), ", expected ",
-               dtype_name(dtype));
-  SEGRED_CHECK(t.device == dev, ValueError, op, ": ", name, " is on ", to_string(t.device), ", expected ",
-               to_string(dev));
-}
-
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  // Byte range [lo, hi) an array can touch, negative strides included.
-  auto span = [](const TensorView& t) {
-    int64_t lo = 0, hi = 0;
-    for (size_t d = 0; d < t.sizes.size(); ++d) {
-      const int64_t reach = (t.sizes[d] - 1) * t.strides[d];
-      (reach < 0 ? lo : hi) += reach;
-    }
-    const char* p = static_cast<const char*>(t.data);
-    return std::pair<const char*, const char*>(p + lo * dtype_size(t.dtype), p + (hi + 1) * dtype_size(t.dtype));
-  };
-  auto [a0, a1] = span(a);
-  auto [b0, b1] = span(b);
-  return a0 < b1 && b0 < a1;
-}
+using detail::backend_of;
+using detail::Contig;
 
 SegmentProblem problem(const detail::SegmentLayout& lay, const TensorView& data, Reduce reduce, Direction dir) {
   return {backend_of(data), dir, reduce, data.dtype, lay.index_dtype, lay.outer, lay.L, lay.inner, lay.S};
@@ -124,7 +86,7 @@ SegmentProblem problem(const detail::SegmentLayout& lay, const TensorView& data,
 }  // namespace
 
 Shape segment_reduce_output_shape(const TensorView& data, const Segments& seg) {
-  const auto lay = detail::resolve_segments("segment_reduce", data, seg);
+  const auto lay = detail::resolve_layout("segment_reduce", data, seg);
   Shape s = data.sizes;
   s[size_t(lay.axis)] = lay.S;
   return s;
@@ -137,9 +99,7 @@ void detail::segment_reduce_out_stream(const TensorView& data, Reduce reduce, co
   const auto lay = cuda ? detail::resolve_layout(op, data, seg) : detail::resolve_segments(op, data, seg);
   Shape shape = data.sizes;
   shape[size_t(lay.axis)] = lay.S;
-  check_out(op, "out", out, shape, data.dtype, data.device);
-  SEGRED_CHECK(out.is_contiguous(), ValueError, op, ": out must be contiguous");
-  SEGRED_CHECK(!overlaps(out, data), ValueError, op, ": out must not overlap data");
+  detail::check_output(op, "out", out, shape, data.dtype, data.device, {&data});
   const Plan plan = plan_segment_reduce(problem(lay, data, reduce, Direction::Fwd));
   if (cuda) {
 #ifdef SEGRED_WITH_CUDA
@@ -156,7 +116,7 @@ void detail::segment_reduce_out_stream(const TensorView& data, Reduce reduce, co
 }
 
 void segment_reduce_out(const TensorView& data, Reduce reduce, const Segments& seg, const TensorView& out) {
-  detail::segment_reduce_out_stream(data, reduce, seg, out, nullptr);
+  detail::segment_reduce_out_stream(data, reduce, seg, out, current_stream());  // segred/stream.h
 }
 
 Tensor segment_reduce(const TensorView& data, Reduce reduce, const Segments& seg) {
@@ -173,12 +133,9 @@ void detail::segment_reduce_backward_out_stream(const TensorView& grad, const Te
   const auto lay = cuda ? detail::resolve_layout(op, data, seg) : detail::resolve_segments(op, data, seg);
   Shape shape = data.sizes;
   shape[size_t(lay.axis)] = lay.S;
-  check_out(op, "grad", grad, shape, data.dtype, data.device);
-  check_out(op, "output", output, shape, data.dtype, data.device);
-  check_out(op, "grad_input", grad_input, data.sizes, data.dtype, data.device);
-  SEGRED_CHECK(grad_input.is_contiguous(), ValueError, op, ": grad_input must be contiguous");
-  for (const TensorView* in : {&grad, &output, &data})
-    SEGRED_CHECK(!overlaps(grad_input, *in), ValueError, op, ": grad_input must not overlap grad, output or data");
+  detail::check_tensor(op, "grad", grad, shape, data.dtype, data.device);
+  detail::check_tensor(op, "output", output, shape, data.dtype, data.device);
+  detail::check_output(op, "grad_input", grad_input, data.sizes, data.dtype, data.device, {&grad, &output, &data});
   const Plan plan = plan_segment_reduce(problem(lay, data, reduce, Direction::Bwd));
   if (cuda) {
 #ifdef SEGRED_WITH_CUDA
@@ -196,7 +153,7 @@ void detail::segment_reduce_backward_out_stream(const TensorView& grad, const Te
 
 void segment_reduce_backward_out(const TensorView& grad, const TensorView& output, const TensorView& data,
                                  Reduce reduce, const Segments& seg, Tie tie, const TensorView& grad_input) {
-  detail::segment_reduce_backward_out_stream(grad, output, data, reduce, seg, tie, grad_input, nullptr);
+  detail::segment_reduce_backward_out_stream(grad, output, data, reduce, seg, tie, grad_input, current_stream());
 }
 
 Tensor segment_reduce_backward(const TensorView& grad, const TensorView& output, const TensorView& data,

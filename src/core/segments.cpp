@@ -96,11 +96,15 @@ SegmentLayout resolve_segments(const char* op, const TensorView& data, const Seg
 
 void normalise_offsets(const char* op, SegmentLayout& lay, const TensorView& m, bool use_lengths, bool unsafe) {
   const int64_t k = m.sizes.back();
-  const std::vector<int64_t> raw = read_meta(m, lay.outer, k);
+  // Contiguous int64 metadata is read in place; anything else is copied to int64 rows.
+  std::vector<int64_t> raw;
+  const bool direct = m.dtype == DType::Int64 && m.is_contiguous();
+  if (!direct) raw = read_meta(m, lay.outer, k);
+  const int64_t* meta = direct ? m.ptr<const int64_t>() : raw.data();
   const int64_t L = lay.L, S = lay.S;
   lay.offsets.resize(size_t(lay.outer * (S + 1)));
   for (int64_t r = 0; r < lay.outer; ++r) {
-    const int64_t* in = raw.data() + r * k;
+    const int64_t* in = meta + r * k;
     int64_t* o = lay.offsets.data() + r * (S + 1);
     if (use_lengths) {
       int64_t sum = 0;

@@ -8,10 +8,16 @@
 #include "src/cpu/softmax_kernels.h"
 #include "src/core/softmax_geometry.h"
 #ifdef SEGRED_WITH_CUDA
+#include "segred/stream.h"
 #include "src/cuda/softmax_kernels.h"
 #endif
 
 namespace segred {
+
+std::atomic<bool>& cpu::softmax_allow_avx2() {
+  static std::atomic<bool> allow{true};
+  return allow;
+}
 
 namespace {
 
@@ -166,7 +172,7 @@ void forward_out(bool log, const TensorView& x, int64_t dim, const TensorView& o
   if (p.backend == Backend::CUDA) {
     cuda::softmax_check_device_pointer(op, "x", x);
     cuda::softmax_check_device_pointer(op, "out", out);
-    cuda::softmax_fwd(p, x, out, nullptr);
+    cuda::softmax_fwd(p, x, out, current_stream());  // the caller's stream (segred/stream.h)
     return;
   }
 #endif
@@ -193,7 +199,7 @@ void backward_out(bool log, const TensorView& grad, const TensorView& output, in
     cuda::softmax_check_device_pointer(op, "grad", grad);
     cuda::softmax_check_device_pointer(op, "output", output);
     cuda::softmax_check_device_pointer(op, "grad_input", grad_input);
-    cuda::softmax_bwd(p, grad, output, grad_input, nullptr);
+    cuda::softmax_bwd(p, grad, output, grad_input, current_stream());
     return;
   }
 #endif

@@ -27,9 +27,9 @@
 //     block per row, grid 16384, resident: one read, one write, one exp/element.
 //   [64, 262144] fp32 dim -1: lastdim_block, tx=1024, cluster=16 (16*1024*16 =
 //     262144): 1024 blocks fill 132 SMs, the row stays on chip.
-//   [64, 256, 56, 56] fp16 dim 1: spatial, V=8, E=2 rows/thread, ty=128, tx=8:
-//     a [256 x 64] tile per 1024-thread block, 3136 blocks.
-//   [8192, 8192] fp32 dim 0: spatial, V=4, tx=4 (16 columns), ty=256, cluster=8
+//   [64, 256, 56, 56] fp16 dim 1: spatial, V=8, E=2 rows/thread, ty=128, tx=4:
+//     a [256 x 32] tile per 512-thread block, 6272 blocks.
+//   [8192, 8192] fp32 dim 0: spatial, V=4, tx=2 (8 columns), ty=256, cluster=8
 //     (8*256*4 = 8192 rows): 512 tiles x 8 blocks, resident.
 //
 // Index width: 32-bit only when every index a kernel forms stays below 2^31. The
@@ -45,10 +45,9 @@
 #include <string_view>
 
 #include "segred/softmax.h"
+#include "src/core/softmax_kind.h"
 
 namespace segred::detail {
-
-enum class SoftmaxKernel : uint8_t { Warp, Block, Spatial };
 
 struct SoftmaxGeometry {
   SoftmaxKernel kernel = SoftmaxKernel::Warp;
@@ -87,11 +86,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
   if (kernel == SoftmaxKernel::Warp) return 0;
-  if (kernel == SoftmaxKernel::Block) return int64_t(as) * 2 * (32 + 1);
+  if (kernel == SoftmaxKernel::Block) return int64_t(as) * 2 * (32 + 2);
   const int64_t cols = int64_t(tx) * vec;
   const int64_t groups = tx < 32 ? std::max<int64_t>(1, int64_t(tx) * ty / 32) : ty;
   if (groups == 1 && cluster == 1) return 0;  // shuffles only
-  return int64_t(as) * 2 * (groups * cols + cols);
+  return int64_t(as) * 2 * (groups * cols + cols + (cluster > 1 ? cols : 0));
 }
 
 // `aligned`: every data pointer is 16-byte aligned (the launcher passes false
@@ -151,8 +150,10 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
     g.grid = std::min(g.work, kSoftmaxMaxClusters) * g.cluster;
     return g;
   }
-  // spatial
+  // spatial (at most 512 threads: its per-column statistics of V columns need
+  // more than the 64 registers a 1024-thread block allows)
   g.kernel = SoftmaxKernel::Spatial;
+  max_threads = std::min(max_threads, 512);
   g.vec = (p.inner % v16 == 0) ? v16 : 1;
   const int64_t E = g.ev / g.vec;  // rows per thread
   const int64_t ncols = p.outer * p.inner;

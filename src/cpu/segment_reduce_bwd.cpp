@@ -54,11 +54,39 @@ struct Args {
   A start;  // initial or the identity
 };
 
+// ops::is_extremum as 0/1 without short-circuit control flow, so that the
+// split loops below vectorise (same predicate, same result).
+template <class A> inline int32_t tie_bit(A x, A out) { return int32_t((x != x) | (x == out)); }
+
 // Stats of rows [j0, j0+n) (segment-relative indices), features [f0, f1).
+// tie=split needs only the counts: a branch-free counting loop (along the rows
+// when inner == 1, along the features otherwise). n <= Plan.chunk <= 2^16 rows,
+// so int32 counts cannot overflow.
 template <class T>
 void tie_stats(const Args<T>& a, const T* x, const T* y, int64_t j0, int64_t n, int64_t f0, int64_t f1,
                TieStats* st) {
   using A = acc_t<T>;
+  if (a.tie == Tie::Split) {
+    if (a.inner == 1) {
+      const A yv = A(load(y[0]));
+      const T* xs = x + j0;
+      int32_t c = 0;
+#pragma omp simd reduction(+ : c)
+      for (int64_t j = 0; j < n; ++j) c += tie_bit(A(load(xs[j])), yv);
+      st[0].count += c;
+    } else {
+      thread_local std::vector<int32_t> cnt;
+      cnt.assign(size_t(f1 - f0), 0);
+      int32_t* cp = cnt.data() - f0;
+      for (int64_t j = 0; j < n; ++j) {
+        const T* row = x + (j0 + j) * a.inner;
+#pragma omp simd
+        for (int64_t f = f0; f < f1; ++f) cp[f] += tie_bit(A(load(row[f])), A(load(y[f])));
+      }
+      for (int64_t f = f0; f < f1; ++f) st[f].count += cp[f];
+    }
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) {
     const T* row = x + (j0 + j) * a.inner;
     for (int64_t f = f0; f < f1; ++f) {
@@ -74,6 +102,32 @@ template <class T>
 void tie_write(const Args<T>& a, const T* x, const T* y, const T* g, T* gi, int64_t j0, int64_t n, int64_t f0,
                int64_t f1, const TieStats* st) {
   using A = acc_t<T>;
+  if (a.tie == Tie::Split) {
+    // Branch-free select of g / c (the same value the general loop computes).
+    if (a.inner == 1) {
+      const A yv = A(load(y[0]));
+      const A v = st[0].count ? A(load(g[0])) / A(st[0].count) : A(0);
+      const T* xs = x + j0;
+      T* out = gi + j0;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) out[j] = store<T>(tie_bit(A(load(xs[j])), yv) ? v : A(0));
+    } else {
+      thread_local std::vector<A> scale;
+      scale.resize(size_t(f1 - f0));
+      A* sp = scale.data() - f0;
+      for (int64_t f = f0; f < f1; ++f) sp[f] = st[f].count ? A(load(g[f])) / A(st[f].count) : A(0);
+      for (int64_t j = 0; j < n; ++j) {
+        const T* row = x + (j0 + j) * a.inner;
+        T* out = gi + (j0 + j) * a.inner;
+#pragma omp simd
+        for (int64_t f = f0; f < f1; ++f) {
+          const A xv = A(load(row[f])), yv = A(load(y[f])), sv = sp[f];  // unconditional loads
+          out[f] = store<T>(tie_bit(xv, yv) ? sv : A(0));
+        }
+      }
+    }
+    return;
+  }
   for (int64_t j = 0; j < n; ++j) {
     const T* row = x + (j0 + j) * a.inner;
     T* out = gi + (j0 + j) * a.inner;
@@ -126,10 +180,16 @@ void prod_write(const Args<T>& a, const T* x, const T* g, T* gi, int64_t j0, int
 template <class T>
 void fill_rows(const Args<T>& a, T* gi, int64_t n, int64_t f0, int64_t f1, const T* g, acc_t<T> scale, bool zero) {
   using A = acc_t<T>;
-  for (int64_t j = 0; j < n; ++j) {
-    T* out = gi + j * a.inner;
-    for (int64_t f = f0; f < f1; ++f) out[f] = store<T>(zero ? A(0) : A(load(g[f])) * scale);
+  // Every row gets the same values: convert them once, then copy rows (the
+  // per-element conversion was not hoisted, since gi may alias g for the compiler).
+  if (a.inner == 1) {
+    std::fill(gi + f0, gi + (n - 1) * a.inner + f1, store<T>(zero ? A(0) : A(load(g[f0])) * scale));
+    return;
   }
+  thread_local std::vector<T> row;
+  row.resize(size_t(f1 - f0));
+  for (int64_t f = f0; f < f1; ++f) row[size_t(f - f0)] = store<T>(zero ? A(0) : A(load(g[f])) * scale);
+  for (int64_t j = 0; j < n; ++j) std::memcpy(gi + j * a.inner + f0, row.data(), size_t(f1 - f0) * sizeof(T));
 }
 
 template <class T>
@@ -165,7 +225,7 @@ void run(const Plan& plan, const detail::SegmentLayout& lay, const Args<T>& a) {
     }
 #pragma omp for schedule(dynamic, 64)
     for (int64_t t = 0; t < lay.outer * S; ++t) {
-      const int64_t r = t / S, s = t % S;
+      const int64_t r = lay.outer == 1 ? 0 : t / S, s = t - r * S;  // no division for 1-D
       const int64_t b = lay.row(r)[s], n = lay.row(r)[s + 1] - b;
       if (n > w.piece_rows || n == 0) continue;
       const auto p = seg_ptrs(r, s, b);

@@ -11,6 +11,7 @@
 // segment is a function of its length and Plan.chunk only: deterministic.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "segred/trace.h"
 #include "src/core/dispatch.h"
@@ -27,7 +28,36 @@ constexpr int kLanes = 8;
 template <class T, class Op, bool Flat>
 void reduce_rows(const T* x, int64_t n, int64_t inner, int64_t f0, int64_t f1, acc_t<T>* acc) {
   using A = acc_t<T>;
-  if constexpr (Flat) {
+  constexpr bool kMax = std::is_same_v<Op, ops::MaxTag>, kMin = std::is_same_v<Op, ops::MinTag>;
+  if (Flat && n < kLanes) {  // short segment: no lanes to set up and fold
+    A v = acc[0];
+    for (int64_t i = 0; i < n; ++i) v = Op::combine(v, A(load(x[i])));
+    acc[0] = v;
+    return;
+  }
+  if constexpr (Flat && (kMax || kMin)) {
+    // max/min: Op::combine's `b > a || b != b` keeps the loop scalar. Here the
+    // compare-select (maxps/minps) ignores NaN and a separate sticky lane records
+    // any NaN (it becomes NaN once one is seen); both vectorise. Same result as
+    // combine: NaN if any element is NaN, else the max/min.
+    A lane[kLanes], nan[kLanes];
+    for (auto& l : lane) l = Op::template identity<A>();
+    for (auto& v : nan) v = A(0);
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) {
+        const A b = A(load(x[i + k]));
+        if constexpr (kMax) lane[k] = b > lane[k] ? b : lane[k];
+        else lane[k] = b < lane[k] ? b : lane[k];
+        nan[k] = b != b ? b : nan[k];
+      }
+    for (; i < n; ++i) lane[0] = Op::combine(lane[0], A(load(x[i])));
+    for (int k = 0; k < kLanes; ++k)
+      if (nan[k] != nan[k]) lane[k] = nan[k];  // nan[k] is 0, or NaN once one was seen
+    for (int w = kLanes / 2; w > 0; w /= 2)
+      for (int k = 0; k < w; ++k) lane[k] = Op::combine(lane[k], lane[k + w]);
+    acc[0] = Op::combine(acc[0], lane[0]);
+  } else if constexpr (Flat) {
     A lane[kLanes];
     for (auto& l : lane) l = Op::template identity<A>();
     int64_t i = 0;
@@ -37,6 +67,16 @@ void reduce_rows(const T* x, int64_t n, int64_t inner, int64_t f0, int64_t f1, a
     for (int w = kLanes / 2; w > 0; w /= 2)
       for (int k = 0; k < w; ++k) lane[k] = Op::combine(lane[k], lane[k + w]);
     acc[0] = Op::combine(acc[0], lane[0]);
+  } else if constexpr (kMax || kMin) {
+    // Op::combine without short-circuit control flow (same predicate), so it vectorises.
+    for (int64_t j = 0; j < n; ++j) {
+      const T* row = x + j * inner;
+#pragma omp simd
+      for (int64_t f = f0; f < f1; ++f) {
+        const A b = A(load(row[f])), a = acc[f];
+        acc[f] = ((kMax ? b > a : b < a) | (b != b)) ? b : a;
+      }
+    }
   } else {
     for (int64_t j = 0; j < n; ++j) {
       const T* row = x + j * inner;
@@ -68,7 +108,7 @@ void run(const Plan& plan, const detail::SegmentLayout& lay, const T* x, Reduce 
     std::vector<A> acc(static_cast<size_t>(inner));
 #pragma omp for schedule(dynamic, 64)
     for (int64_t t = 0; t < lay.outer * S; ++t) {
-      const int64_t r = t / S, s = t % S;
+      const int64_t r = lay.outer == 1 ? 0 : t / S, s = t - r * S;  // no division for 1-D
       const int64_t b = lay.row(r)[s], n = lay.row(r)[s + 1] - b;
       if (n > w.piece_rows) continue;
       std::fill(acc.begin(), acc.end(), start);

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "segred/dtype.h"
@@ -50,6 +52,16 @@ template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) 
 // memory per warp of the block (the flat kernels stage a tile per warp).
 template <class Kernel>
 int viable_block(Kernel kernel, int block, size_t smem_per_warp, int min_block, const char* name) {
+  // The answer depends only on (kernel, block, smem): cached, since the
+  // occupancy query and the attribute call cost host time on every launch.
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache;
+  const void* key = reinterpret_cast<const void*>(kernel);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
   for (int b = block; b >= min_block && b >= 32; b /= 2) {
     const size_t smem = smem_per_warp * size_t(b / 32);
     if (smem > 48 * 1024 &&
@@ -59,7 +71,11 @@ int viable_block(Kernel kernel, int block, size_t smem_per_warp, int min_block, 
     }
     int n = 0;
     const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, b, smem);
-    if (e == cudaSuccess && n >= 1) return b;
+    if (e == cudaSuccess && n >= 1) {
+      std::lock_guard<std::mutex> lk(mu);
+      cache[key] = b;
+      return b;
+    }
     cudaGetLastError();
   }
   throw DeviceError(detail::cat("segment_reduce: no viable launch configuration for ", name,
@@ -71,11 +87,36 @@ inline void check_launch(const char* name) {
   SEGRED_CHECK(e == cudaSuccess, DeviceError, "segment_reduce: launch of ", name, " failed: ", cudaGetErrorString(e));
 }
 
+// segred's own stream-ordered memory pool per device, with no release threshold:
+// scratch freed at the end of a call stays mapped for the next one. (The default
+// pool returns memory to the system at every synchronisation, and re-mapping it
+// costs tens of microseconds per call.)
+inline cudaMemPool_t scratch_pool() {
+  static std::mutex mu;
+  static std::unordered_map<int, cudaMemPool_t> pools;
+  int dev = 0;
+  SEGRED_CUDA_CHECK(cudaGetDevice(&dev), "segment_reduce: cudaGetDevice");
+  std::lock_guard<std::mutex> lk(mu);
+  const auto it = pools.find(dev);
+  if (it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  cudaMemPool_t pool;
+  SEGRED_CUDA_CHECK(cudaMemPoolCreate(&pool, &props), "segment_reduce: cudaMemPoolCreate");
+  uint64_t threshold = UINT64_MAX;
+  SEGRED_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+                    "segment_reduce: cudaMemPoolSetAttribute");
+  pools[dev] = pool;
+  return pool;
+}
+
 // Stream-ordered scratch: allocations are freed on the same stream when the
 // object goes out of scope, after the kernels queued before that point.
 class Scratch {
  public:
-  explicit Scratch(cudaStream_t s) : s_(s) {}
+  explicit Scratch(cudaStream_t s) : s_(s), pool_(scratch_pool()) {}
   ~Scratch() {
     for (void* p : ptrs_) cudaFreeAsync(p, s_);
   }
@@ -85,13 +126,14 @@ class Scratch {
   T* alloc(int64_t n) {
     void* p = nullptr;
     const size_t bytes = size_t(n > 0 ? n : 1) * sizeof(T);
-    SEGRED_CUDA_CHECK(cudaMallocAsync(&p, bytes, s_), "segment_reduce: cudaMallocAsync of scratch");
+    SEGRED_CUDA_CHECK(cudaMallocFromPoolAsync(&p, bytes, pool_, s_), "segment_reduce: cudaMallocFromPoolAsync of scratch");
     ptrs_.push_back(p);
     return static_cast<T*>(p);
   }
 
  private:
   cudaStream_t s_;
+  cudaMemPool_t pool_;
   std::vector<void*> ptrs_;
 };
 

@@ -241,9 +241,41 @@ struct BwdFn {
 
 // ---------------------------------------------------------------- flat (inner == 1)
 
+template <class Raw>
+constexpr int kIpl = detail::flat_items_per_lane(int(sizeof(Raw)));  // merge items per lane
+template <class Raw>
+constexpr int kTile = 32 * kIpl<Raw>;  // merge items per warp tile
+
+// Staged positions (Raw) and tile-relative segment ends (int16: at most 1024),
+// so that 8 blocks of 8 warps fit in shared memory for every type (64 warps/SM).
+// Positions are padded by one element per kIpl: lane l walks positions near
+// l * kIpl, and without the pad the 32 lanes of a warp hit 2 banks (a 16-way
+// conflict on every staged load of the walk).
+template <class Raw>
+__device__ __forceinline__ int spad(int idx) {
+  return idx + idx / kIpl<Raw>;
+}
+template <class Raw>
+constexpr int kTilePadded = kTile<Raw> + kTile<Raw> / kIpl<Raw>;
+
 template <class Raw, class Idx>
 constexpr size_t flat_smem_per_warp() {
-  return (size_t(detail::kFlatTile) * sizeof(Raw) + size_t(detail::kFlatTile + 1) * sizeof(Idx) + 15) / 16 * 16;
+  return (size_t(kTilePadded<Raw>) * sizeof(Raw) + size_t(kTile<Raw> + 1) * sizeof(int16_t) + 15) / 16 * 16;
+}
+
+// Tile w's start in the merge space, for w in [0, W] (W + 1 boundaries): one
+// thread each, so the main kernels read their coordinates instead of searching.
+template <class Idx>
+__global__ void __launch_bounds__(256) partition(const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W, Idx items,
+                                                 Idx* __restrict__ tile_i, Idx* __restrict__ tile_j) {
+  const Idx w = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x);
+  if (w > W) return;
+  const Idx total = nseg + nel;
+  const Idx d = w * items < total ? w * items : total;
+  Idx i, j;
+  merge_search_global(q + 1, nseg, nel, d, i, j);
+  tile_i[w] = i;
+  tile_j[w] = j;
 }
 
 // Warp prologue shared by the flat kernels: tile coordinates and staging.
@@ -252,56 +284,52 @@ struct FlatTile {
   Idx i0, j0, i1, j1;
   int ns, ne;
   Raw* s_x;
-  Idx* s_e;
+  int16_t* s_e;
 };
 
 template <class Raw, class Idx>
 __device__ __forceinline__ FlatTile<Raw, Idx> flat_stage(const Raw* __restrict__ x, bool load_x,
-                                                         const Idx* __restrict__ q, Idx nseg, Idx nel, Idx w,
+                                                         const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                                         const Idx* __restrict__ tile_j, Idx w,
                                                          unsigned char* smem_warp, int lane) {
   FlatTile<Raw, Idx> t;
   t.s_x = reinterpret_cast<Raw*>(smem_warp);
-  t.s_e = reinterpret_cast<Idx*>(smem_warp + size_t(detail::kFlatTile) * sizeof(Raw));
-  const Idx total = nseg + nel;
-  const Idx d0 = w * Idx(detail::kFlatTile) < total ? w * Idx(detail::kFlatTile) : total;
-  const Idx d1 = total - d0 > Idx(detail::kFlatTile) ? d0 + Idx(detail::kFlatTile) : total;
-  Idx si = 0, sj = 0;
-  if (lane < 2) merge_search_global(q + 1, nseg, nel, lane == 0 ? d0 : d1, si, sj);
-  t.i0 = __shfl_sync(kFull, si, 0);
-  t.j0 = __shfl_sync(kFull, sj, 0);
-  t.i1 = __shfl_sync(kFull, si, 1);
-  t.j1 = __shfl_sync(kFull, sj, 1);
+  t.s_e = reinterpret_cast<int16_t*>(smem_warp + size_t(kTilePadded<Raw>) * sizeof(Raw));
+  t.i0 = tile_i[w];
+  t.j0 = tile_j[w];
+  t.i1 = tile_i[w + 1];
+  t.j1 = tile_j[w + 1];
   t.ns = int(t.i1 - t.i0);
   t.ne = int(t.j1 - t.j0);
   if (load_x) {
     const Raw* xs = x + t.j0;
 #pragma unroll
-    for (int k = 0; k < detail::kFlatItemsPerLane; ++k) {
+    for (int k = 0; k < kIpl<Raw>; ++k) {
       const int idx = k * 32 + lane;
-      if (idx < t.ne) t.s_x[idx] = xs[idx];
+      if (idx < t.ne) t.s_x[spad<Raw>(idx)] = xs[idx];
     }
   }
-  for (int k = lane; k < t.ns; k += 32) t.s_e[k] = q[t.i0 + k + 1] - t.j0;
+  for (int k = lane; k < t.ns; k += 32) t.s_e[k] = int16_t(q[t.i0 + k + 1] - t.j0);
   __syncwarp();
   return t;
 }
 
 // The lane's share of the tile: items [ld0, ld1) of the tile's merge items,
 // starting at (ti, tj) (segment, position; tile-relative).
-template <class Idx>
-__device__ __forceinline__ void flat_lane_split(const Idx* s_e, int ns, int ne, int lane, int& ti, int& tj,
+template <int IPL, class E>
+__device__ __forceinline__ void flat_lane_split(const E* s_e, int ns, int ne, int lane, int& ti, int& tj,
                                                 int& items) {
   const int tot = ns + ne;
-  const int ld0 = min(lane * detail::kFlatItemsPerLane, tot);
-  const int ld1 = min(ld0 + detail::kFlatItemsPerLane, tot);
+  const int ld0 = min(lane * IPL, tot);
+  const int ld1 = min(ld0 + IPL, tot);
   merge_search(s_e, ns, ne, ld0, ti, tj);
   items = ld1 - ld0;
 }
 
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
-                                                   const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W,
-                                                   Idx* __restrict__ tile_i, Idx* __restrict__ tile_j,
+                                                   const Idx* __restrict__ q, Idx W,
+                                                   const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                    typename Fn::A* __restrict__ carry,
                                                    typename Fn::A* __restrict__ head) {
   using A = typename Fn::A;
@@ -310,14 +338,10 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
-  const auto t = flat_stage<Raw, Idx>(x, true, q, nseg, nel, w, smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(),
-                                      lane);
-  if (lane == 0) {
-    tile_i[w] = t.i0;
-    tile_j[w] = t.j0;
-  }
+  const auto t = flat_stage<Raw, Idx>(x, true, q, tile_i, tile_j, w,
+                                      smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
   int ti, tj, items;
-  flat_lane_split(t.s_e, t.ns, t.ne, lane, ti, tj, items);
+  flat_lane_split<kIpl<Raw>>(t.s_e, t.ns, t.ne, lane, ti, tj, items);
   const int ti_start = ti;
   A acc = fn.identity(), first = acc;
   bool done_first = false;
@@ -325,7 +349,7 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
   while (items > 0) {
     const int e = ti < t.ns ? int(t.s_e[ti]) : t.ne;
     const int run = min(e - tj, items);
-    for (int k = 0; k < run; ++k) acc = fn.combine(acc, fn.value(c, t.j0 + tj + k, t.s_x[tj + k]));
+    for (int k = 0; k < run; ++k) acc = fn.combine(acc, fn.value(c, t.j0 + tj + k, t.s_x[spad<Raw>(tj + k)]));
     tj += run;
     items -= run;
     if (items > 0) {  // the next item completes segment ti
@@ -367,24 +391,27 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                         typename Fn::Raw* __restrict__ gi,
-                                                        const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W) {
+                                                        const Idx* __restrict__ q, Idx W,
+                                                        const Idx* __restrict__ tile_i,
+                                                        const Idx* __restrict__ tile_j) {
   using Raw = typename Fn::Raw;
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;
   const bool need_x = fn.needs_x();
-  const auto t = flat_stage<Raw, Idx>(x, need_x, q, nseg, nel, w,
+  const auto t = flat_stage<Raw, Idx>(x, need_x, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
   int ti, tj, items;
-  flat_lane_split(t.s_e, t.ns, t.ne, lane, ti, tj, items);
+  flat_lane_split<kIpl<Raw>>(t.s_e, t.ns, t.ne, lane, ti, tj, items);
   auto c = fn.ctx(t.i0 + ti, 0);
   while (items > 0) {
     const int e = ti < t.ns ? int(t.s_e[ti]) : t.ne;
     const int run = min(e - tj, items);
     for (int k = 0; k < run; ++k) {
-      const Raw xv = need_x ? t.s_x[tj + k] : Raw(0.0f);
-      t.s_x[tj + k] = fn.elem(c, t.j0 + tj + k, xv);  // own positions only: in place
+      const int sp = spad<Raw>(tj + k);
+      const Raw xv = need_x ? t.s_x[sp] : Raw(0.0f);
+      t.s_x[sp] = fn.elem(c, t.j0 + tj + k, xv);  // own positions only: in place
     }
     tj += run;
     items -= run;
@@ -397,9 +424,9 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   __syncwarp();
   Raw* out = gi + t.j0;
 #pragma unroll
-  for (int k = 0; k < detail::kFlatItemsPerLane; ++k) {
+  for (int k = 0; k < kIpl<Raw>; ++k) {
     const int idx = k * 32 + lane;
-    if (idx < t.ne) out[idx] = t.s_x[idx];
+    if (idx < t.ne) out[idx] = t.s_x[spad<Raw>(idx)];
   }
 }
 
@@ -436,24 +463,15 @@ __device__ __forceinline__ FeatLane<Idx> feat_lane(int G, int V, Idx slabs) {
 
 template <class Fn, class Idx, int V>
 __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
-                                                   const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W, Idx slabs,
-                                                   int G, Idx inner, Idx* __restrict__ tile_i,
-                                                   Idx* __restrict__ tile_j, typename Fn::A* __restrict__ carry,
+                                                   const Idx* __restrict__ q, Idx W, Idx slabs, int G, Idx inner,
+                                                   const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
+                                                   typename Fn::A* __restrict__ carry,
                                                    typename Fn::A* __restrict__ head) {
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
-  const Idx total = nseg + nel;
-  const Idx d0 = l.w * Idx(detail::kFeatItems) < total ? l.w * Idx(detail::kFeatItems) : total;
-  const Idx d1 = total - d0 > Idx(detail::kFeatItems) ? d0 + Idx(detail::kFeatItems) : total;
-  Idx i0, j0, i1, j1;
-  merge_search_global(q + 1, nseg, nel, d0, i0, j0);
-  merge_search_global(q + 1, nseg, nel, d1, i1, j1);
-  if (l.slab == 0 && l.lig == 0) {
-    tile_i[l.w] = i0;
-    tile_j[l.w] = j0;
-  }
+  const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
   const bool crossing0 = q[i0] < j0;
   A acc[V];
 #pragma unroll
@@ -465,12 +483,12 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
 #pragma unroll
     for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
     const Raw* p = x + l.f0;
-    for (; j + 4 <= e; j += 4) {
-      Vec<Raw, V> r[4];
+    for (; j + 8 <= e; j += 8) {  // 8 row loads in flight per lane
+      Vec<Raw, V> r[8];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
+      for (int u = 0; u < 8; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
+      for (int u = 0; u < 8; ++u)
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, r[u].v[v]));
     }
@@ -496,17 +514,13 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
 template <class Fn, class Idx, int V>
 __global__ void __launch_bounds__(256) feat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                         typename Fn::Raw* __restrict__ gi,
-                                                        const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W,
-                                                        Idx slabs, int G, Idx inner) {
+                                                        const Idx* __restrict__ q, Idx W, Idx slabs, int G,
+                                                        Idx inner, const Idx* __restrict__ tile_i,
+                                                        const Idx* __restrict__ tile_j) {
   using Raw = typename Fn::Raw;
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
-  const Idx total = nseg + nel;
-  const Idx d0 = l.w * Idx(detail::kFeatItems) < total ? l.w * Idx(detail::kFeatItems) : total;
-  const Idx d1 = total - d0 > Idx(detail::kFeatItems) ? d0 + Idx(detail::kFeatItems) : total;
-  Idx i0, j0, i1, j1;
-  merge_search_global(q + 1, nseg, nel, d0, i0, j0);
-  merge_search_global(q + 1, nseg, nel, d1, i1, j1);
+  const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
   const bool need_x = fn.needs_x();
   Idx j = j0;
   for (Idx i = i0; i <= i1; ++i) {
@@ -558,7 +572,7 @@ __global__ void __launch_bounds__(256) fixup_short(Fn fn, const Idx* __restrict_
   if (id >= W * inner) return;
   const Idx w = id / inner, f = id - w * inner;
   const Idx t = tile_i[w];
-  const Idx next = w + 1 < W ? tile_i[w + 1] : nseg;
+  const Idx next = tile_i[w + 1];  // W + 1 boundaries
   if (!(next > t && q[t] < tile_j[w])) return;
   const Idx w0 = first_carry_tile(tile_i, w, t);
   if (w - w0 > kShortFix) {

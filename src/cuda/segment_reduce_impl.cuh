@@ -50,6 +50,21 @@ inline void record(const char* path, int64_t grid, int block) {
   detail::record_launch(path, {grid, 1, 1}, {block, 1, 1});
 }
 
+// The W + 1 tile boundaries of the merge space (tile_i/tile_j, scratch).
+template <class Idx>
+void run_partition(const LaunchCtx& c, Idx*& tile_i, Idx*& tile_j) {
+  const auto& g = c.geo;
+  tile_i = c.scratch->alloc<Idx>(g.workers + 1);
+  tile_j = c.scratch->alloc<Idx>(g.workers + 1);
+  auto k = partition<Idx>;
+  const int block = viable_block(k, 256, 0, 32, "partition");
+  const int64_t grid = detail::ceil_div(g.workers + 1, block);
+  k<<<unsigned(grid), block, 0, c.stream>>>(static_cast<const Idx*>(c.q), Idx(g.segs), Idx(g.positions),
+                                            Idx(g.workers), Idx(g.items), tile_i, tile_j);
+  check_launch("partition");
+  record(c.path, grid, block);
+}
+
 // Main kernel + fix-up of one reduction pass (forward, or max/min stats).
 template <class Fn, class Idx>
 void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
@@ -57,9 +72,9 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
   using Raw = typename Fn::Raw;
   const auto& g = c.geo;
   const Idx* q = static_cast<const Idx*>(c.q);
-  const Idx W = Idx(g.workers), nseg = Idx(g.segs), nel = Idx(g.positions), inner = Idx(c.inner);
-  Idx* tile_i = c.scratch->alloc<Idx>(g.workers);
-  Idx* tile_j = c.scratch->alloc<Idx>(g.workers);
+  const Idx W = Idx(g.workers), nseg = Idx(g.segs), inner = Idx(c.inner);
+  Idx *tile_i, *tile_j;
+  run_partition<Idx>(c, tile_i, tile_j);
   A* carry = c.scratch->alloc<A>(g.workers * c.inner);
   A* head = c.scratch->alloc<A>(g.workers * c.inner);
   if (g.flat) {
@@ -67,7 +82,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_reduce");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
-    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, nseg, nel, W, tile_i, tile_j, carry, head);
+    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, tile_i, tile_j, carry, head);
     check_launch("flat_reduce");
     record(c.path, grid, block);
   } else {
@@ -75,8 +90,8 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     auto k = g.vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;
     const int block = viable_block(k, g.block, 0, g.group, "feat_reduce");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
-    k<<<unsigned(grid), block, 0, c.stream>>>(fn, x, q, nseg, nel, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
-                                              carry, head);
+    k<<<unsigned(grid), block, 0, c.stream>>>(fn, x, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j, carry,
+                                              head);
     check_launch("feat_reduce");
     record(c.path, grid, block);
   }
@@ -108,13 +123,15 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
   using Raw = typename Fn::Raw;
   const auto& g = c.geo;
   const Idx* q = static_cast<const Idx*>(c.q);
-  const Idx W = Idx(g.workers), nseg = Idx(g.segs), nel = Idx(g.positions);
+  const Idx W = Idx(g.workers);
+  Idx *tile_i, *tile_j;
+  run_partition<Idx>(c, tile_i, tile_j);
   if (g.flat) {
     auto k = flat_elementwise<Fn, Idx>;
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_elementwise");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
-    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, gi, q, nseg, nel, W);
+    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, gi, q, W, tile_i, tile_j);
     check_launch("flat_elementwise");
     record(c.path, grid, block);
   } else {
@@ -122,7 +139,7 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
     auto k = g.vec == VEC ? feat_elementwise<Fn, Idx, VEC> : feat_elementwise<Fn, Idx, 1>;
     const int block = viable_block(k, g.block, 0, g.group, "feat_elementwise");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
-    k<<<unsigned(grid), block, 0, c.stream>>>(fn, x, gi, q, nseg, nel, W, Idx(g.slabs), g.group, Idx(c.inner));
+    k<<<unsigned(grid), block, 0, c.stream>>>(fn, x, gi, q, W, Idx(g.slabs), g.group, Idx(c.inner), tile_i, tile_j);
     check_launch("feat_elementwise");
     record(c.path, grid, block);
   }

@@ -37,8 +37,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
-#include "src/core/softmax_geometry.h"
+#include "src/core/softmax_kind.h"
 #include "src/cuda/common.cuh"
 #include "src/ops/softmax_ops.h"
 
@@ -87,16 +88,26 @@ template <class A> __device__ __forceinline__ MS<A> shfl(MS<A> v, int src) {
   return {__shfl_sync(0xffffffffu, v.m, src), __shfl_sync(0xffffffffu, v.s, src)};
 }
 
+// exp in the accumulation type: float as exp2f(x * log2 e) (MUFU.EX2 plus the
+// subnormal fix-up: about 3 instructions against expf's 7; the rounding of the
+// product adds |x| * 2^-24 relative error, 1.2e-6 at x - m = -20, inside the
+// float32 tolerance); double as exp.
+__device__ __forceinline__ float dexp(float x) { return exp2f(x * 1.4426950408889634f); }
+__device__ __forceinline__ double dexp(double x) { return ::exp(x); }
+
 // Combine a value across the C blocks of this block's cluster, rank order.
 // `slot` is this block's shared-memory slot (same offset in every block); the
 // caller has written the block's total into it.
+// Combine `slot` across the C <= 16 blocks of this block's cluster, in rank
+// order; called by one thread per value (not by every thread: remote loads are
+// slow, and C x threads of them made the cluster paths 8x slower in v1).
 template <class R, class Op>
-__device__ __forceinline__ R cluster_combine(R* slot, int C, Op op) {
+__device__ __forceinline__ R cluster_gather(const R* slot, int C, Op op) {
   cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  R t = *cl.map_shared_rank(slot, 0);
-  for (int r = 1; r < C; ++r) t = op(t, *cl.map_shared_rank(slot, r));
-  cl.sync();  // no block reuses or leaves its slot while another reads it
+  R* p = const_cast<R*>(slot);
+  R t = *cl.map_shared_rank(p, 0);
+#pragma unroll 4
+  for (int r = 1; r < C; ++r) t = op(t, *cl.map_shared_rank(p, r));  // loads independent: unrolled, in flight together
   return t;
 }
 
@@ -127,7 +138,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
     }
 #pragma unroll
     for (int k = 0; k < EV; ++k) {
-      const A e = ops::exp_acc(v[k] - sb[k % NS]);
+      const A e = dexp(v[k] - sb[k % NS]);
       s[k % NS] += e;
       if constexpr (!Log) v[k] = e;
     }
@@ -161,7 +172,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
       sb[i] = ops::sum_base(cm[i]);
     }
 #pragma unroll
-    for (int k = 0; k < EV; ++k) st[k % NS].s += ops::exp_acc(v[k] - sb[k % NS]);
+    for (int k = 0; k < EV; ++k) st[k % NS].s += dexp(v[k] - sb[k % NS]);
   }
   cx.template reduce<MS<A>>(st, MSOp{});
 #pragma unroll
@@ -174,7 +185,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
     cx.load(0, c, v, A(0));
 #pragma unroll
     for (int k = 0; k < EV; ++k)
-      v[k] = Log ? (v[k] - rb[k % NS]) - kk[k % NS] : ops::exp_acc(v[k] - rb[k % NS]) * kk[k % NS];
+      v[k] = Log ? (v[k] - rb[k % NS]) - kk[k % NS] : dexp(v[k] - rb[k % NS]) * kk[k % NS];
     cx.store(c, v);
   }
 }
@@ -349,8 +360,15 @@ struct BlockCx {
     tot = wp[0];
     for (int w = 1; w < nw; ++w) tot = op(tot, wp[w]);
     if (C > 1) {
+      // wp[32]: this block's total; wp[33]: the cluster's. The first cluster
+      // barrier publishes the totals (and orders the wp reads above before any
+      // rewrite); the second keeps each slot alive until every rank has read it.
+      cg::cluster_group cl = cg::this_cluster();
       if (t == 0) wp[32] = tot;
-      tot = cluster_combine(wp + 32, C, op);  // its syncs also order the wp reads before reuse
+      cl.sync();
+      if (t == 0) wp[33] = cluster_gather(wp + 32, C, op);
+      cl.sync();
+      tot = wp[33];
     } else {
       __syncthreads();
     }
@@ -438,47 +456,52 @@ struct SpatialCx {
       }
     }
     const int G = TX < 32 ? TX * TY / 32 : TY;
-    R* sm = reinterpret_cast<R*>(dyn_smem());  // [G][cols] partials, then [cols] block totals
+    // [G][cols] partials, [cols] block totals, [cols] cluster totals; column
+    // txi*V + i of the tile lives at i*TX + txi, so a warp's lanes touch
+    // consecutive words (v1's txi*V + i was an 8-way bank conflict at V = 8).
+    R* sm = reinterpret_cast<R*>(dyn_smem());
     R* fin = sm + G * cols;
+    R* comb = fin + cols;
     if (G > 1) {
       const int gid = TX < 32 ? lin / 32 : tyi;
       if (TX >= 32 || lane < TX) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) sm[gid * cols + txi * V + i] = x[i];
+        for (int i = 0; i < V; ++i) sm[gid * cols + i * TX + txi] = x[i];
       }
       __syncthreads();
       for (int q = lin; q < cols; q += TX * TY) {
         R t = sm[q];
+#pragma unroll 8
         for (int g = 1; g < G; ++g) t = op(t, sm[g * cols + q]);
         fin[q] = t;
       }
       __syncthreads();
+      if (C == 1) {
 #pragma unroll
-      for (int i = 0; i < V; ++i) x[i] = fin[txi * V + i];
+        for (int i = 0; i < V; ++i) x[i] = fin[i * TX + txi];
+        __syncthreads();  // fin is read before the next reduction rewrites it
+        return;
+      }
     } else if (C > 1) {
       if (tyi == 0) {
 #pragma unroll
-        for (int i = 0; i < V; ++i) fin[txi * V + i] = x[i];
+        for (int i = 0; i < V; ++i) fin[i * TX + txi] = x[i];
       }
+    } else {
+      return;  // one thread row per column: the butterfly was the whole reduction
     }
-    if (C > 1) {
-      cg::cluster_group cl = cg::this_cluster();
-      cl.sync();
+    // Cluster: one thread per column gathers the C block totals (rank order).
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    for (int q = lin; q < cols; q += TX * TY) comb[q] = cluster_gather(fin + q, C, op);
+    cl.sync();
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        R t = cl.map_shared_rank(fin, 0)[txi * V + i];
-        for (int r = 1; r < C; ++r) t = op(t, cl.map_shared_rank(fin, r)[txi * V + i]);
-        x[i] = t;
-      }
-      cl.sync();
-    } else if (G > 1) {
-      __syncthreads();  // fin is read before the next reduction rewrites it
-    }
+    for (int i = 0; i < V; ++i) x[i] = comb[i * TX + txi];
   }
 };
 
 template <class T, class I, bool Fwd, bool Log, int V>
-__global__ void __launch_bounds__(1024) spatial_kernel(Args args) {
+__global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
   using A = dacc_t<T>;
   const int C = args.cluster;
   const int rank = int(blockIdx.x % unsigned(C));

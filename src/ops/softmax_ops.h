@@ -34,8 +34,11 @@ SEGRED_HD float exp_acc(float x) {
 #if defined(__CUDA_ARCH__)
   return ::expf(x);
 #else
-  x = x < -110.0f ? -110.0f : x;  // NaN compares false and passes through
-  x = x > 89.0f ? 89.0f : x;
+  // Quiet comparisons (no FP exception on NaN), so the compiler may turn these
+  // selects into vector blends; with `<` under -ftrapping-math it keeps a branch
+  // and the whole loop stays scalar (measured: 8x slower). NaN passes through.
+  x = std::isless(x, -110.0f) ? -110.0f : x;
+  x = std::isgreater(x, 89.0f) ? 89.0f : x;
   const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float t = x * 1.44269504088896341f + magic;
   const float n = t - magic;

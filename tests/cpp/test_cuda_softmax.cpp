@@ -130,10 +130,13 @@ void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937&
   const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<T>(), dir, log, Backend::CUDA);
   const reference::SoftmaxShape rs{p.outer, p.dim_size, p.inner};
   std::string what = shape_string(c.shape) + " dim " + std::to_string(c.dim) + (log ? " log" : "") +
-                     (dir == Direction::Fwd ? " fwd " : " bwd ") + dtype_name(dtype_of<T>()) + (force64 ? " i64" : "");
+                     (dir == Direction::Fwd ? " fwd " : " bwd ") + std::string(dtype_name(dtype_of<T>())) + (force64 ? " i64" : "");
   SCOPED_TRACE(what);
   const std::vector<double> x = rounded<T>(make_input(rs, rng, true));
-  detail::softmax_force_index64() = force64;
+  struct Force64 {  // reset even when an ASSERT returns early
+    explicit Force64(bool f) { detail::softmax_force_index64() = f; }
+    ~Force64() { detail::softmax_force_index64() = false; }
+  } force(force64);
   TraceSession trace;
   std::vector<double> got, want, cpu;
   double scale = 1.0;
@@ -168,15 +171,17 @@ void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937&
     // |sum| grows with D for log_softmax (sum g) and stays below max|g| for softmax.
     scale = log ? 2.0 * std::sqrt(double(p.dim_size)) + 2.0 : 2.0;
   }
-  detail::softmax_force_index64() = false;
-  const auto recs = trace.records();
-  ASSERT_GE(recs.size(), 1u);
-  const std::string path = recs.back().path;
+  // The CUDA launch (the CPU comparison ran in the same session): exactly one.
+  std::vector<std::string> cuda_paths;
+  for (const auto& r : trace.records())
+    if (r.backend == Backend::CUDA) cuda_paths.push_back(r.path);
+  ASSERT_EQ(cuda_paths.size(), 1u);
+  const std::string path = cuda_paths[0];
   reached().insert(path);
-  EXPECT_EQ(path_info(path).backend, Backend::CUDA);
   EXPECT_EQ(path_info(path).index_bits, force64 ? 64 : 32) << path;
-  EXPECT_EQ(path.substr(0, path.rfind('.')), std::string(plan_softmax(p).path).substr(0, path.rfind('.')))
-      << "trace " << path << " vs plan " << plan_softmax(p).path;
+  const std::string planned(plan_softmax(p).path);
+  auto family = [](const std::string& n) { return n.substr(0, n.rfind('.')); };
+  EXPECT_EQ(family(path), family(planned)) << "trace " << path << " vs plan " << planned;
   EXPECT_TRUE(close<T>(got, want, scale)) << path;
   EXPECT_TRUE(close<T>(got, cpu, scale, 2.0)) << path << " (vs the CPU backend)";
 }
@@ -208,12 +213,26 @@ TYPED_TEST(CudaSoftmax, EveryPathAgainstReferenceAndCpuI64) {
       for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<TypeParam>(c, log, dir, true, rng);
 }
 
+// The shared-memory, cluster and streaming geometries only, float32, i32 and
+// i64: small enough for compute-sanitizer racecheck.
+TEST(CudaSoftmaxSan, SharedMemoryClusterAndStreamingPaths) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(99);
+  const std::vector<Geo> s = {{{3, 4097}, -1},  {{2, 16384}, -1},   {{1, 300001}, -1}, {{2, 1025, 16}, 1},
+                              {{1, 5000, 32}, 1}, {{2, 40000, 4}, 1}, {{4, 97, 8}, 1}};
+  for (bool f64 : {false, true})
+    for (const Geo& c : s)
+      for (bool log : {false, true})
+        for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<float>(c, log, dir, f64, rng);
+}
+
 TEST(CudaSoftmaxTrace, EveryCudaSoftmaxPathReached) {
   SKIP_WITHOUT_GPU();
   if (reached().empty()) GTEST_SKIP() << "the path tests did not run in this invocation";
   for (const PathInfo& info : paths())
-    if (info.backend == Backend::CUDA && (info.op == "softmax" || info.op == "log_softmax"))
+    if (info.backend == Backend::CUDA && (info.op == "softmax" || info.op == "log_softmax")) {
       EXPECT_TRUE(reached().count(std::string(info.name))) << info.name << " was never reached";
+    }
 }
 
 TEST(CudaSoftmaxTrace, LaunchRecordsGridAndBlock) {
@@ -281,7 +300,7 @@ TEST(CudaSoftmaxApi, DeterministicAcrossRuns) {
 // few elements patched; every expected value is exact in float16. A kernel whose
 // offsets wrap reads or writes the wrong element at the end of the tensor.
 
-constexpr uint8_t kBig = 0xfb;    // 0xfbfb = -65184 in float16: exp(-65184 - m) is 0 exactly
+constexpr uint8_t kBig = 0xfb;    // 0xfbfb = -65376 in float16: exp(-65376 - m) is 0 exactly
 constexpr uint8_t kOne = 0x3c;    // 0x3c3c = 1.05859375
 constexpr uint8_t kZero = 0x00;   // 0
 constexpr uint8_t kHalfP = 0x38;  // 0x3838 = 0.52734375
@@ -388,8 +407,8 @@ TEST(CudaSoftmaxHuge, Spatial_1x2x2p31p1_Fp16_FwdBwdSoftmaxAndLog) {
   // Column c has elements c (d = 0) and L + c (d = 1).
   const std::vector<int64_t> cols = {0, 1, L - 2, L - 1};
   auto both = [&](int64_t c) { return std::vector<int64_t>{c, L + c}; };
-  // Forward: interior (1.0586, 1.0586) -> 0.5 / -ln2; column 0 (0, -65184) -> (1, 0);
-  // last column (-65184, 2) -> (0, 1) / (-65186 -> -65184 in fp16, 0).
+  // Forward: interior (1.0586, 1.0586) -> 0.5 / -ln2; column 0 (0, -65376) -> (1, 0);
+  // last column (-65376, 2) -> (0, 1) / (-65378 -> -65376 in fp16, 0).
   const std::vector<Patch> px = {{0, 0.0}, {L, h(kBig)}, {L - 1, h(kBig)}, {n - 1, 2.0}};
   for (bool log : {false, true}) {
     std::vector<Expect> e;
@@ -411,8 +430,8 @@ TEST(CudaSoftmaxHuge, Spatial_1x2x2p31p1_Fp16_FwdBwdSoftmaxAndLog) {
       for (int64_t i : both(c)) e.push_back({i, 0.0});
     run_huge(s, 1, false, Direction::Bwd, kZero, pg, kHalfP, py, e, "spatial");
   }
-  // log_softmax backward: interior g = 0 -> 0; column 0: y (0, -65184), g (2, -3)
-  // -> (3, -3); last: y (-65184, 0), g (-5, 0.5) -> (-5, 5).
+  // log_softmax backward: interior g = 0 -> 0; column 0: y (0, -65376), g (2, -3)
+  // -> (3, -3); last: y (-65376, 0), g (-5, 0.5) -> (-5, 5).
   {
     const std::vector<Patch> pg = {{0, 2.0}, {L, -3.0}, {L - 1, -5.0}, {n - 1, 0.5}};
     const std::vector<Patch> py = {{0, 0.0}, {L, h(kBig)}, {L - 1, h(kBig)}, {n - 1, 0.0}};
@@ -430,7 +449,7 @@ TEST(CudaSoftmaxHuge, LastdimRow_2p31p2_Fp16_FwdBwdSoftmaxAndLog) {
   const int64_t n = (int64_t(1) << 31) + 2;
   const Shape s{1, n};
   const double ln2 = std::log(2.0);
-  // Forward: interior -65184, ends 0 -> ends 0.5 / -ln2, interior 0 / -65184 - ln2.
+  // Forward: interior -65376, ends 0 -> ends 0.5 / -ln2, interior 0 / -65376 - ln2.
   for (bool log : {false, true}) {
     const double in = log ? f16(h(kBig) - ln2) : 0.0, end = log ? f16(-ln2) : 0.5;
     run_huge(s, -1, log, Direction::Fwd, kBig, {{0, 0.0}, {n - 1, 0.0}}, 0, {},
@@ -440,7 +459,7 @@ TEST(CudaSoftmaxHuge, LastdimRow_2p31p2_Fp16_FwdBwdSoftmaxAndLog) {
   // sum g*y = -0.5 -> ends 1.25 and -1.25, interior 0.
   run_huge(s, -1, false, Direction::Bwd, kOne, {{0, 2.0}, {n - 1, -3.0}}, kZero, {{0, 0.5}, {n - 1, 0.5}},
            {{0, 1.25}, {1, 0.0}, {n - 2, 0.0}, {n - 1, -1.25}}, "lastdim_block");
-  // log_softmax backward: interior g = 0, y = -65184; ends y = 0, g = 2 and -3:
+  // log_softmax backward: interior g = 0, y = -65376; ends y = 0, g = 2 and -3:
   // sum g = -1 -> ends 3 and -2, interior 0.
   run_huge(s, -1, true, Direction::Bwd, kZero, {{0, 2.0}, {n - 1, -3.0}}, kBig, {{0, 0.0}, {n - 1, 0.0}},
            {{0, 3.0}, {1, 0.0}, {n - 2, 0.0}, {n - 1, -2.0}}, "lastdim_block");
@@ -458,7 +477,7 @@ TEST(CudaSoftmaxHuge, RowsOfOne_2p2e9_Fp16_FwdBwdSoftmaxAndLog) {
   // softmax backward y*(g - g*y): y = 0 inside; row 0 (y 0.5, g 3) -> 0.75; last (0.25, -2) -> -0.375.
   run_huge(s, -1, false, Direction::Bwd, kOne, {{0, 3.0}, {n - 1, -2.0}}, kZero, {{0, 0.5}, {n - 1, 0.25}},
            {{0, 0.75}, {1, 0.0}, {n - 2, 0.0}, {n - 1, -0.375}}, "lastdim_warp");
-  // log_softmax backward g - exp(y)*g: y = -65184 inside -> g; row 0 (y 0, g 3) -> 0; last (y 0, g -2) -> 0.
+  // log_softmax backward g - exp(y)*g: y = -65376 inside -> g; row 0 (y 0, g 3) -> 0; last (y 0, g -2) -> 0.
   run_huge(s, -1, true, Direction::Bwd, kOne, {{0, 3.0}, {n - 1, -2.0}}, kBig, {{0, 0.0}, {n - 1, 0.0}},
            {{0, 0.0}, {1, h(kOne)}, {n - 2, h(kOne)}, {n - 1, 0.0}}, "lastdim_warp");
 }
@@ -470,7 +489,7 @@ TEST(CudaSoftmaxHuge, RowsOfTwo_1p1e9_Fp16_FwdBwdSoftmaxAndLog) {
   const int64_t rows = 1100000000, n = 2 * rows;
   const Shape s{rows, 2};
   const double ln2 = std::log(2.0);
-  // Interior pairs equal -> 0.5 / -ln2; row 0 (0, -65184) -> (1, 0); last (-65184, 2) -> (0, 1).
+  // Interior pairs equal -> 0.5 / -ln2; row 0 (0, -65376) -> (1, 0); last (-65376, 2) -> (0, 1).
   for (bool log : {false, true}) {
     const double in = log ? f16(-ln2) : 0.5;
     run_huge(s, -1, log, Direction::Fwd, kOne, {{0, 0.0}, {1, h(kBig)}, {n - 2, h(kBig)}, {n - 1, 2.0}}, 0, {},
@@ -489,8 +508,8 @@ TEST(CudaSoftmaxHuge, RowsOfTwo_1p1e9_Fp16_FwdBwdSoftmaxAndLog) {
   run_huge(s, -1, false, Direction::Bwd, kZero, {{0, 2.0}, {1, -3.0}, {n - 2, 4.0}, {n - 1, -2.0}}, kHalfP,
            {{0, 0.5}, {1, 0.5}, {n - 2, 0.25}, {n - 1, 0.75}},
            {{0, 1.25}, {1, -1.25}, {2, 0.0}, {n - 3, 0.0}, {n - 2, 1.125}, {n - 1, -1.125}}, "lastdim_warp");
-  // log_softmax backward: g = 0 inside -> 0; row 0 y (0, -65184) g (2, -3) -> (3, -3);
-  // last y (-65184, 0) g (-5, 0.5) -> (-5, 5).
+  // log_softmax backward: g = 0 inside -> 0; row 0 y (0, -65376) g (2, -3) -> (3, -3);
+  // last y (-65376, 0) g (-5, 0.5) -> (-5, 5).
   run_huge(s, -1, true, Direction::Bwd, kZero, {{0, 2.0}, {1, -3.0}, {n - 2, -5.0}, {n - 1, 0.5}}, kHalfP,
            {{0, 0.0}, {1, h(kBig)}, {n - 2, h(kBig)}, {n - 1, 0.0}},
            {{0, 3.0}, {1, -3.0}, {2, 0.0}, {n - 3, 0.0}, {n - 2, -5.0}, {n - 1, 5.0}}, "lastdim_warp");

@@ -59,7 +59,9 @@ void expect_consistent(const SoftmaxProblem& p) {
   EXPECT_EQ(info.direction, p.direction) << plan;
   EXPECT_EQ(info.op, p.log ? "log_softmax" : "softmax") << plan;
   EXPECT_EQ(plan.index_bits, g.index_bits);
-  if (plan.index_bits == 32) EXPECT_LT(max_formed_index(p, g), k2_31) << plan;
+  if (plan.index_bits == 32) {
+    EXPECT_LT(max_formed_index(p, g), k2_31) << plan;
+  }
   // The geometry covers D: resident (chunks == 1) or enough chunks.
   const int64_t D = p.dim_size;
   if (g.kernel == detail::SoftmaxKernel::Warp) {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "segred/segred.h"
+#include "src/cpu/half_convert.h"
+#include "src/cpu/softmax_kernels.h"
 #include "src/ops/softmax_ops.h"
 #include "src/reference/softmax_ref.h"
 
@@ -171,6 +173,24 @@ TYPED_TEST(SoftmaxDtype, RandomShapesEveryDimAgainstReference) {
     const auto x = rng.values(n, rep % 3 == 2 ? 30.0 : 4.0);
     const auto g = rng.grads(n);
     for (int64_t dim = -nd; dim < nd; ++dim) check_against_reference<TypeParam>(decompose(shape, dim), x, g);
+  }
+}
+
+// The same checks on the baseline-ISA kernels (on an AVX2 machine the suite
+// otherwise runs only the AVX2 + FMA build of the kernels).
+TYPED_TEST(SoftmaxDtype, BaselineIsaKernelsAgainstReference) {
+  struct Restore {
+    ~Restore() { cpu::softmax_allow_avx2() = true; }
+  } restore;
+  cpu::softmax_allow_avx2() = false;
+  Rng rng;
+  SEED_TRACE(rng);
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
+           {{7, 3000}, 1}, {{5, 97, 33}, 1}, {{1200, 70}, 0}, {{9, 4}, -1}}) {
+    const size_t n = size_t(numel(shape));
+    auto x = rng.values(n, 6.0);
+    x[3] = -kInf;
+    check_against_reference<TypeParam>(decompose(shape, dim), x, rng.grads(n));
   }
 }
 
@@ -557,11 +577,37 @@ TEST(SoftmaxCpu, ValidationErrorsNameTheArgument) {
   // A failed call wrote nothing into the caller's output.
   for (float v : out) EXPECT_EQ(v, 7.0f);
   for (double v : dout) EXPECT_EQ(v, 7.0);
-  // CUDA tensors: no softmax CUDA path in this build.
+  // A CPU pointer labelled as a CUDA tensor: rejected (no CUDA path without the
+  // CUDA backend; with it, the device-pointer check).
   EXPECT_THROW(softmax(TensorView(a.data(), DType::Float32, {3, 4}, {}, {Device::CUDA, 0}), 1), ValueError);
 }
 
 // ---- building block ------------------------------------------------------------
+
+// The kernels' branch-free float16 conversions equal dtype.h's exact ones: every
+// half widened, every half and a float sweep (subnormals, ties, overflow) narrowed.
+TEST(SoftmaxOps, VectorisableHalfConversionsAreExact) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const half_t h{uint16_t(b)};
+    const float want = to_float(h), got = cpu::half_to_float_vec(h);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << b;
+      continue;
+    }
+    ASSERT_EQ(0, std::memcmp(&want, &got, 4)) << "half bits " << b;
+    ASSERT_EQ(cpu::float_to_half_vec(want).bits, h.bits) << "round trip of half bits " << b;
+  }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000000; ++i) {
+    float x = std::ldexp(float(rng() % 1000003) / 1000003.0f, int(rng() % 48) - 30);
+    if (i % 2) x = -x;
+    if (i % 1000 == 0) x = std::nextafter(65520.0f, i % 2000 ? 0.0f : 1e30f);
+    ASSERT_EQ(cpu::float_to_half_vec(x).bits, to_half(x).bits) << x;
+  }
+  EXPECT_EQ(cpu::float_to_half_vec(std::numeric_limits<float>::infinity()).bits, 0x7c00);
+  EXPECT_EQ(cpu::float_to_half_vec(-1e30f).bits, 0xfc00);
+  EXPECT_EQ(cpu::float_to_half_vec(std::numeric_limits<float>::quiet_NaN()).bits & 0x7e00, 0x7e00);
+}
 
 // The float exp of the epilogues (a polynomial on the host) against double exp:
 // within 2 ulp over the whole range softmax uses, subnormal results included,

@@ -91,7 +91,8 @@ def test_random_shapes_every_dim(seed, dtype):
     for nd in (1, 2, 3, 4):
         shape = tuple(int(s) for s in rng.choice([1, 2, 3, 5, 31, 33, 59], size=nd))
         while np.prod(shape) > 30000:
-            shape = shape[:-1] + (2,)
+            i = int(np.argmax(shape))
+            shape = shape[:i] + (2,) + shape[i + 1:]
         x = rng.uniform(-6, 6, size=shape).astype(dtype)
         g = signed_grads(rng, shape, dtype)
         for dim in range(-nd, nd):
