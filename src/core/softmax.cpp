@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "segred/error.h"
+#include "src/core/api_util.h"
 #include "src/cpu/softmax_kernels.h"
 #include "src/core/softmax_geometry.h"
 #ifdef SEGRED_WITH_CUDA
@@ -110,21 +111,9 @@ Plan plan_softmax(const SoftmaxProblem& p) {
 
 namespace {
 
-Backend backend_of(const TensorView& t) { return t.device.type == Device::CPU ? Backend::CPU : Backend::CUDA; }
-
-// Contiguous input for the kernels: the view itself, or a copy.
-struct Contig {
-  Tensor copy;
-  TensorView view;
-  explicit Contig(const TensorView& v) {
-    if (v.is_contiguous()) {
-      view = v;
-    } else {
-      copy = Tensor::contiguous_copy(v);
-      view = copy.view();
-    }
-  }
-};
+using detail::backend_of;
+using detail::Contig;
+using detail::overlaps;
 
 void check_input(const char* op, const char* name, const TensorView& t) {
   SEGRED_CHECK(is_floating(t.dtype), TypeError, op, ": ", name, " has dtype ", dtype_name(t.dtype),
@@ -141,22 +130,6 @@ void check_like(const char* op, const char* name, const TensorView& t, const cha
                ref_name, "'s dtype ", dtype_name(ref.dtype));
   SEGRED_CHECK(t.device == ref.device, ValueError, op, ": ", name, " is on ", to_string(t.device), ", expected ",
                ref_name, "'s device ", to_string(ref.device));
-}
-
-bool overlaps(const TensorView& a, const TensorView& b) {
-  if (a.numel() == 0 || b.numel() == 0) return false;
-  auto span = [](const TensorView& t) {
-    int64_t lo = 0, hi = 0;
-    for (size_t d = 0; d < t.sizes.size(); ++d) {
-      const int64_t ext = (t.sizes[d] - 1) * t.strides[d];
-      (ext < 0 ? lo : hi) += ext;
-    }
-    const char* p = static_cast<const char*>(t.data);
-    return std::pair<const char*, const char*>(p + lo * dtype_size(t.dtype), p + (hi + 1) * dtype_size(t.dtype));
-  };
-  auto [a0, a1] = span(a);
-  auto [b0, b1] = span(b);
-  return a0 < b1 && b0 < a1;
 }
 
 void forward_out(bool log, const TensorView& x, int64_t dim, const TensorView& out) {
