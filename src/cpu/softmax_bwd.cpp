@@ -50,10 +50,6 @@ namespace isa_avx2 {
 #include "src/cpu/softmax_bwd_kernels.inc"
 }  // namespace isa_avx2
 #pragma GCC pop_options
-bool use_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 #endif
 
 }  // namespace
@@ -67,7 +63,7 @@ void softmax_bwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& gr
     const T* yp = output.ptr<const T>();
     T* op = grad_input.ptr<T>();
 #ifdef SEGRED_SOFTMAX_AVX2
-    if (use_avx2() && softmax_allow_avx2().load(std::memory_order_relaxed)) return isa_avx2::run<T>(plan, p, gp, yp, op, last);
+    if (softmax_use_avx2()) return isa_avx2::run<T>(plan, p, gp, yp, op, last);
 #endif
     isa_base::run<T>(plan, p, gp, yp, op, last);
   });

@@ -56,13 +56,18 @@ namespace isa_avx2 {
 #include "src/cpu/softmax_fwd_kernels.inc"
 }  // namespace isa_avx2
 #pragma GCC pop_options
-bool use_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-}
 #endif
 
 }  // namespace
+
+bool softmax_use_avx2() {
+#ifdef SEGRED_SOFTMAX_AVX2
+  static const bool cpu_has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return cpu_has && softmax_allow_avx2().load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
 
 void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x, const TensorView& out) {
   detail::record_launch(plan.path);
@@ -71,7 +76,7 @@ void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x,
     const T* xp = x.ptr<const T>();
     T* yp = out.ptr<T>();
 #ifdef SEGRED_SOFTMAX_AVX2
-    if (use_avx2() && softmax_allow_avx2().load(std::memory_order_relaxed)) return isa_avx2::run<T>(plan, p, xp, yp, last);
+    if (softmax_use_avx2()) return isa_avx2::run<T>(plan, p, xp, yp, last);
 #endif
     isa_base::run<T>(plan, p, xp, yp, last);
   });

@@ -16,6 +16,9 @@ void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x,
 // FMA, chosen by the CPU's features. Tests set this to false to run the baseline
 // kernels on an AVX2 machine too (defined in src/core/softmax.cpp).
 std::atomic<bool>& softmax_allow_avx2();
+// The one dispatch decision both directions use: AVX2 + FMA kernels were built,
+// the CPU has them, and softmax_allow_avx2() is true (defined in softmax_fwd.cpp).
+bool softmax_use_avx2();
 
 void softmax_bwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& grad, const TensorView& output,
                  const TensorView& grad_input);
