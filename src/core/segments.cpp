@@ -1,7 +1,11 @@
 #include "src/core/segments.h"
 
 #include <algorithm>
+#include <omp.h>
+
 #include <cmath>
+#include <limits>
+#include <type_traits>
 
 #include "segred/error.h"
 
@@ -31,7 +35,8 @@ void check_initial(const char* op, double initial, DType dtype) {
 
 namespace {
 // Reads metadata (any strides, int32 or int64) as int64 rows of `k` values.
-std::vector<int64_t> read_meta(const TensorView& m, int64_t rows, int64_t k) {
+// (noinline: inlined into normalise_offsets, GCC 12 reports a false -Wfree-nonheap-object.)
+[[gnu::noinline]] std::vector<int64_t> read_meta(const TensorView& m, int64_t rows, int64_t k) {
   std::vector<int64_t> out(size_t(rows * k));
   const int64_t nd = m.ndim();
   std::vector<int64_t> idx(size_t(nd), 0);
@@ -90,52 +95,200 @@ SegmentLayout resolve_segments(const char* op, const TensorView& data, const Seg
   const TensorView& m = seg.lengths ? *seg.lengths : *seg.offsets;
   SEGRED_CHECK(m.device.type == Device::CPU, ValueError, op, ": ", seg.lengths ? "lengths" : "offsets",
                " on CUDA is not supported by this backend yet");
-  normalise_offsets(op, lay, m, seg.lengths.has_value(), seg.unsafe);
+  normalise_offsets(op, lay, m, seg.lengths.has_value(), seg.unsafe, OffsetStorage::Borrow);
   return lay;
 }
 
-void normalise_offsets(const char* op, SegmentLayout& lay, const TensorView& m, bool use_lengths, bool unsafe) {
-  const int64_t k = m.sizes.back();
-  // Contiguous int64 metadata is read in place; anything else is copied to int64 rows.
-  std::vector<int64_t> raw;
-  const bool direct = m.dtype == DType::Int64 && m.is_contiguous();
-  if (!direct) raw = read_meta(m, lay.outer, k);
-  const int64_t* meta = direct ? m.ptr<const int64_t>() : raw.data();
-  const int64_t L = lay.L, S = lay.S;
-  lay.offsets.resize(size_t(lay.outer * (S + 1)));
-  for (int64_t r = 0; r < lay.outer; ++r) {
-    const int64_t* in = meta + r * k;
-    int64_t* o = lay.offsets.data() + r * (S + 1);
-    if (use_lengths) {
-      int64_t sum = 0;
-      if (!unsafe) {
-        for (int64_t i = 0; i < S; ++i) {
-          SEGRED_CHECK(in[i] >= 0, ValueError, op, ": lengths[row ", r, "][", i, "] = ", in[i], " must be >= 0");
-          // Checked before adding (0 <= sum <= L here), so that a huge length
-          // cannot overflow the sum (signed overflow is undefined behaviour).
-          SEGRED_CHECK(in[i] <= L - sum, ValueError, op, ": lengths[row ", r, "] must sum to data.shape[axis] = ", L,
-                       ", but its first ", i + 1, " entries already sum to more (", sum, " + ", in[i], ")");
-          sum += in[i];
-        }
-        SEGRED_CHECK(sum == L, ValueError, op, ": lengths[row ", r, "] must sum to data.shape[axis] = ", L,
-                     ", got ", sum);
+namespace {
+
+// The serial definition: validates (unless unsafe), throwing the message for the
+// first invalid entry, and writes the clamped offsets of row r to o (S + 1 values).
+// The parallel pass below computes the same offsets and calls this only to report
+// an error.
+template <class I>
+void normalise_row_serial(const char* op, int64_t r, const I* in, int64_t L, int64_t S, bool use_lengths, bool unsafe,
+                          int64_t* o) {
+  if (use_lengths) {
+    int64_t sum = 0;
+    if (!unsafe) {
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t v = in[i];
+        SEGRED_CHECK(v >= 0, ValueError, op, ": lengths[row ", r, "][", i, "] = ", v, " must be >= 0");
+        // Checked before adding (0 <= sum <= L here), so that a huge length
+        // cannot overflow the sum (signed overflow is undefined behaviour).
+        SEGRED_CHECK(v <= L - sum, ValueError, op, ": lengths[row ", r, "] must sum to data.shape[axis] = ", L,
+                     ", but its first ", i + 1, " entries already sum to more (", sum, " + ", v, ")");
+        sum += v;
       }
-      // Clamped running sum: every segment inside [0, L] whatever the values.
-      o[0] = 0;
-      for (int64_t i = 0; i < S; ++i) o[i + 1] = std::min(L, o[i] + std::clamp<int64_t>(in[i], 0, L));
-    } else {
-      if (!unsafe) {
-        SEGRED_CHECK(in[0] >= 0, ValueError, op, ": offsets[row ", r, "][0] = ", in[0], " must be >= 0");
-        for (int64_t i = 0; i < S; ++i)
-          SEGRED_CHECK(in[i + 1] >= in[i], ValueError, op, ": offsets[row ", r, "] must be non-decreasing, but offsets[",
-                       i + 1, "] = ", in[i + 1], " < offsets[", i, "] = ", in[i]);
-        SEGRED_CHECK(in[S] <= L, ValueError, op, ": offsets[row ", r, "][-1] = ", in[S],
-                     " must be <= data.shape[axis] = ", L);
-      }
-      o[0] = std::clamp<int64_t>(in[0], 0, L);
-      for (int64_t i = 0; i < S; ++i) o[i + 1] = std::clamp<int64_t>(in[i + 1], o[i], L);
+      SEGRED_CHECK(sum == L, ValueError, op, ": lengths[row ", r, "] must sum to data.shape[axis] = ", L, ", got ",
+                   sum);
     }
+    // Clamped running sum: every segment inside [0, L] whatever the values.
+    o[0] = 0;
+    for (int64_t i = 0; i < S; ++i) o[i + 1] = std::min(L, o[i] + std::clamp<int64_t>(in[i], 0, L));
+  } else {
+    if (!unsafe) {
+      SEGRED_CHECK(in[0] >= 0, ValueError, op, ": offsets[row ", r, "][0] = ", int64_t(in[0]), " must be >= 0");
+      for (int64_t i = 0; i < S; ++i)
+        SEGRED_CHECK(in[i + 1] >= in[i], ValueError, op, ": offsets[row ", r, "] must be non-decreasing, but offsets[",
+                     i + 1, "] = ", int64_t(in[i + 1]), " < offsets[", i, "] = ", int64_t(in[i]));
+      SEGRED_CHECK(in[S] <= L, ValueError, op, ": offsets[row ", r, "][-1] = ", int64_t(in[S]),
+                   " must be <= data.shape[axis] = ", L);
+    }
+    o[0] = std::clamp<int64_t>(in[0], 0, L);
+    for (int64_t i = 0; i < S; ++i) o[i + 1] = std::clamp<int64_t>(in[i + 1], o[i], L);
   }
+}
+
+// Below this many metadata values one thread does it all (waking the team costs
+// more than the pass).
+constexpr int64_t kParallelMeta = int64_t(1) << 16;
+
+// Calls f(c, r, i0, i1) for chunk c of `chunks` equal parts of the flattened
+// [rows, k] index space, split at row boundaries into (row r, [i0, i1)) pieces.
+template <class F>
+void for_chunk_pieces(int64_t rows, int64_t k, int64_t c, int64_t chunks, F&& f) {
+  const int64_t total = rows * k, per = (total + chunks - 1) / chunks;
+  const int64_t b = std::min(total, c * per), e = std::min(total, b + per);
+  int64_t r = k ? b / k : 0, i = b - r * k, pos = b;
+  while (pos < e) {
+    const int64_t i1 = std::min(k, i + (e - pos));
+    f(r, i, i1);
+    pos += i1 - i;
+    ++r;
+    i = 0;
+  }
+}
+
+// Offsets of every row, as the serial definition, on all threads. Output row r has
+// S + 1 values o[r][i] = clamp(scan_r(v)[i]) where, with cap = L (unsafe) or L + 1
+// (validating: a sum past L then shows as a last offset != L):
+//   lengths: v[0] = 0, v[i] = clamp(len[i-1], 0, cap), scan = saturating sum (<= cap);
+//   offsets: v[i] = in[i], scan = running max, then clamp to [0, L].
+// Both operators are associative, so a blocked segmented scan (row starts reset the
+// carry) gives the serial result. Returns false if the metadata is invalid
+// (validating only); the caller then runs the serial pass for the message.
+template <bool kLengths, bool kUnsafe, class I>
+bool normalise_parallel(const I* in, int64_t rows, int64_t k, int64_t L, int64_t S, int64_t* out) {
+  const int64_t K = S + 1, cap = kUnsafe ? L : L + 1;
+  auto value = [&](const I* row, int64_t i) -> int64_t {
+    if constexpr (!kLengths) return row[i];
+    else return i == 0 ? 0 : std::clamp<int64_t>(row[i - 1], 0, cap);
+  };
+  auto combine = [&](int64_t a, int64_t b) {
+    if constexpr (kLengths) return std::min(cap, a + b);
+    else return std::max(a, b);
+  };
+  constexpr int64_t ident = kLengths ? 0 : std::numeric_limits<int64_t>::min();
+  const int chunks = std::max(1, omp_get_max_threads()) * 4;
+  std::vector<int64_t> agg(size_t(chunks), ident);
+  std::vector<char> head(size_t(chunks), 0);  // chunk holds a row start: no carry passes through it
+  bool ok = true;
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (int c = 0; c < chunks; ++c) {
+    int64_t acc = ident;
+    bool good = true;
+    for_chunk_pieces(rows, K, c, chunks, [&](int64_t r, int64_t i0, int64_t i1) {
+      const I* row = in + r * k;
+      if (i0 == 0) {
+        acc = ident;
+        head[size_t(c)] = 1;
+      }
+      for (int64_t i = i0; i < i1; ++i) acc = combine(acc, value(row, i));
+      if constexpr (!kUnsafe) {  // the element-wise rules; the row-end rules come in the second pass
+        const int64_t j0 = std::max<int64_t>(i0, 1);
+        if constexpr (kLengths)
+          for (int64_t i = j0; i < i1; ++i) good &= row[i - 1] >= 0;
+        else
+          for (int64_t i = j0; i < i1; ++i) good &= row[i] >= row[i - 1];
+      }
+    });
+    agg[size_t(c)] = acc;
+    ok = ok && good;
+  }
+  if (!ok) return false;
+  // Carry into each chunk: the combined aggregate of the chunks since the last head.
+  std::vector<int64_t> carry(size_t(chunks), ident);
+  for (int c = 1; c < chunks; ++c)
+    carry[size_t(c)] = head[size_t(c - 1)] ? agg[size_t(c - 1)] : combine(carry[size_t(c - 1)], agg[size_t(c - 1)]);
+#pragma omp parallel for schedule(static) reduction(&& : ok)
+  for (int c = 0; c < chunks; ++c) {
+    int64_t acc = carry[size_t(c)];
+    for_chunk_pieces(rows, K, c, chunks, [&](int64_t r, int64_t i0, int64_t i1) {
+      const I* row = in + r * k;
+      if (i0 == 0) acc = ident;
+      int64_t* o = out + r * K;
+      for (int64_t i = i0; i < i1; ++i) {
+        acc = combine(acc, value(row, i));
+        o[i] = kLengths ? acc : std::clamp<int64_t>(acc, 0, L);
+      }
+      if (kUnsafe || i1 != K) return;  // validation at the row's last offset
+      if (kLengths ? acc != L : (row[0] < 0 || row[S] > L)) ok = false;
+    });
+  }
+  return ok;
+}
+
+// Whether contiguous int64 offsets are already valid (then they are used in place).
+bool offsets_valid(const int64_t* in, int64_t rows, int64_t K, int64_t L) {
+  bool ok = true;
+  const int chunks = rows * K >= kParallelMeta ? std::max(1, omp_get_max_threads()) : 1;
+#pragma omp parallel for schedule(static) reduction(&& : ok) if (chunks > 1)
+  for (int c = 0; c < chunks; ++c)
+    for_chunk_pieces(rows, K, c, chunks, [&](int64_t r, int64_t i0, int64_t i1) {
+      const int64_t* o = in + r * K;
+      bool good = o[i0] >= 0 && o[i1 - 1] <= L && (i0 == 0 || o[i0] >= o[i0 - 1]);
+      for (int64_t i = i0 + 1; i < i1; ++i) good &= o[i] >= o[i - 1];
+      ok = ok && good;
+    });
+  return ok;
+}
+
+std::vector<int64_t>& thread_scratch() {
+  thread_local std::vector<int64_t> buf;
+  return buf;
+}
+
+}  // namespace
+
+void normalise_offsets(const char* op, SegmentLayout& lay, const TensorView& m, bool use_lengths, bool unsafe,
+                       OffsetStorage storage) {
+  const int64_t k = m.sizes.back();
+  const int64_t L = lay.L, S = lay.S, rows = lay.outer, K = S + 1;
+  // Contiguous int64 offsets that are already valid need no pass at all.
+  const bool contiguous = m.is_contiguous() && (m.dtype == DType::Int64 || m.dtype == DType::Int32);
+  if (storage == OffsetStorage::Borrow && contiguous && m.dtype == DType::Int64 && !use_lengths &&
+      offsets_valid(m.ptr<const int64_t>(), rows, K, L)) {
+    lay.borrowed = m.ptr<const int64_t>();
+    return;
+  }
+  int64_t* out;
+  if (storage == OffsetStorage::Borrow) {
+    auto& buf = thread_scratch();
+    if (buf.size() < size_t(rows * K)) buf.resize(size_t(rows * K));
+    out = buf.data();
+    lay.borrowed = out;
+  } else {
+    lay.offsets.resize(size_t(rows * K));
+    out = lay.offsets.data();
+  }
+  // Anything but contiguous int32/int64 is first copied to int64 rows.
+  std::vector<int64_t> raw;
+  if (!contiguous) raw = read_meta(m, rows, k);
+  auto run = [&](auto* in) {
+    if (rows * k >= kParallelMeta) {
+      const auto f = use_lengths ? (unsafe ? normalise_parallel<true, true, std::remove_cvref_t<decltype(*in)>>
+                                           : normalise_parallel<true, false, std::remove_cvref_t<decltype(*in)>>)
+                                 : (unsafe ? normalise_parallel<false, true, std::remove_cvref_t<decltype(*in)>>
+                                           : normalise_parallel<false, false, std::remove_cvref_t<decltype(*in)>>);
+      if (f(in, rows, k, L, S, out)) return;
+    }
+    for (int64_t r = 0; r < rows; ++r)  // small, or invalid: the serial pass (throws on invalid)
+      normalise_row_serial(op, r, in + r * k, L, S, use_lengths, unsafe, out + r * K);
+  };
+  if (!contiguous) run(static_cast<const int64_t*>(raw.data()));
+  else if (m.dtype == DType::Int64) run(m.ptr<const int64_t>());
+  else run(m.ptr<const int32_t>());
 }
 
 }  // namespace segred::detail

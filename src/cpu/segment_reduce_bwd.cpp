@@ -23,6 +23,7 @@
 #include "src/core/dispatch.h"
 #include "src/cpu/kernels.h"
 #include "src/cpu/segment_work.h"
+#include "src/cpu/stream_store.h"
 #include "src/ops/reduce_ops.h"
 
 namespace segred::cpu {
@@ -98,8 +99,9 @@ void tie_stats(const Args<T>& a, const T* x, const T* y, int64_t j0, int64_t n, 
   }
 }
 
+// Writes rows [j0, j0+n) of the segment to out (out[0] is row j0).
 template <class T>
-void tie_write(const Args<T>& a, const T* x, const T* y, const T* g, T* gi, int64_t j0, int64_t n, int64_t f0,
+void tie_write(const Args<T>& a, const T* x, const T* y, const T* g, T* out_rows, int64_t j0, int64_t n, int64_t f0,
                int64_t f1, const TieStats* st) {
   using A = acc_t<T>;
   if (a.tie == Tie::Split) {
@@ -108,7 +110,7 @@ void tie_write(const Args<T>& a, const T* x, const T* y, const T* g, T* gi, int6
       const A yv = A(load(y[0]));
       const A v = st[0].count ? A(load(g[0])) / A(st[0].count) : A(0);
       const T* xs = x + j0;
-      T* out = gi + j0;
+      T* out = out_rows;
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) out[j] = store<T>(tie_bit(A(load(xs[j])), yv) ? v : A(0));
     } else {
@@ -118,7 +120,7 @@ void tie_write(const Args<T>& a, const T* x, const T* y, const T* g, T* gi, int6
       for (int64_t f = f0; f < f1; ++f) sp[f] = st[f].count ? A(load(g[f])) / A(st[f].count) : A(0);
       for (int64_t j = 0; j < n; ++j) {
         const T* row = x + (j0 + j) * a.inner;
-        T* out = gi + (j0 + j) * a.inner;
+        T* out = out_rows + j * a.inner;
 #pragma omp simd
         for (int64_t f = f0; f < f1; ++f) {
           const A xv = A(load(row[f])), yv = A(load(y[f])), sv = sp[f];  // unconditional loads
@@ -130,7 +132,7 @@ void tie_write(const Args<T>& a, const T* x, const T* y, const T* g, T* gi, int6
   }
   for (int64_t j = 0; j < n; ++j) {
     const T* row = x + (j0 + j) * a.inner;
-    T* out = gi + (j0 + j) * a.inner;
+    T* out = out_rows + j * a.inner;
     for (int64_t f = f0; f < f1; ++f) {
       A v = A(0);
       if (ops::is_extremum(A(load(row[f])), A(load(y[f])))) {
@@ -147,10 +149,11 @@ void tie_write(const Args<T>& a, const T* x, const T* y, const T* g, T* gi, int6
   }
 }
 
-// prod: rows [j0, j0+n); pre/suf are the products of the rows before / after this
-// piece within the segment (per feature, already including nothing of this piece).
+// prod: rows [j0, j0+n) to out_rows (row j0 first); pre/suf are the products of the
+// rows before / after this piece within the segment (per feature, already
+// including nothing of this piece).
 template <class T>
-void prod_write(const Args<T>& a, const T* x, const T* g, T* gi, int64_t j0, int64_t n, int64_t f0, int64_t f1,
+void prod_write(const Args<T>& a, const T* x, const T* g, T* out_rows, int64_t j0, int64_t n, int64_t f0, int64_t f1,
                 const acc_t<T>* pre, const acc_t<T>* suf, std::vector<acc_t<T>>& scratch) {
   using A = acc_t<T>;
   const int64_t w = f1 - f0;
@@ -168,7 +171,7 @@ void prod_write(const Args<T>& a, const T* x, const T* g, T* gi, int64_t j0, int
   std::vector<A> p(pre + f0, pre + f1);
   for (int64_t j = 0; j < n; ++j) {
     const T* row = x + (j0 + j) * a.inner;
-    T* out = gi + (j0 + j) * a.inner;
+    T* out = out_rows + j * a.inner;
     const A* s = scratch.data() + j * w;
     for (int64_t f = 0; f < w; ++f) {
       out[f0 + f] = store<T>(A(load(g[f0 + f])) * a.start * p[size_t(f)] * s[f]);
@@ -197,10 +200,10 @@ void run(const Plan& plan, const detail::SegmentLayout& lay, const Args<T>& a) {
   using A = acc_t<T>;
   const int64_t inner = a.inner, S = a.S, L = a.L;
   const bool tie_op = a.reduce == Reduce::Max || a.reduce == Reduce::Min;
-  const WorkSplit w = split_work(lay, plan.chunk);
+  const int64_t piece_rows = std::max<int64_t>(1, plan.chunk);
 
   // Rows outside every segment.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (lay.outer * L * inner >= kSerialWork)
   for (int64_t r = 0; r < lay.outer; ++r) {
     const int64_t* o = lay.row(r);
     T* gr = a.gi + r * L * inner;
@@ -214,32 +217,49 @@ void run(const Plan& plan, const detail::SegmentLayout& lay, const Args<T>& a) {
              a.gi + (r * L + b) * inner};
   };
 
-  // Phase 1: whole segments.
-#pragma omp parallel
-  {
-    std::vector<TieStats> st(size_t(tie_op ? inner : 0));
+  // Phase 1: whole segments, in blocks of segments.
+  // grad_input is write-only here: large ones leave through streaming stores.
+  const bool stream = a.L * a.inner * int64_t(sizeof(T)) * lay.outer >= stream_output_bytes();
+  struct State {
+    StagedOutput<T> out;
+    std::vector<TieStats> st;
     std::vector<A> pre, suf, scratch;
+  };
+  auto make_state = [&] {
+    State z{StagedOutput<T>(stream), {}, {}, {}, {}};
+    z.st.resize(size_t(tie_op ? inner : 0));
     if (a.reduce == Reduce::Prod) {
-      pre.assign(size_t(inner), A(1));
-      suf.assign(size_t(inner), A(1));
+      z.pre.assign(size_t(inner), A(1));
+      z.suf.assign(size_t(inner), A(1));
     }
-#pragma omp for schedule(dynamic, 64)
-    for (int64_t t = 0; t < lay.outer * S; ++t) {
-      const int64_t r = lay.outer == 1 ? 0 : t / S, s = t - r * S;  // no division for 1-D
-      const int64_t b = lay.row(r)[s], n = lay.row(r)[s + 1] - b;
-      if (n > w.piece_rows || n == 0) continue;
-      const auto p = seg_ptrs(r, s, b);
-      switch (a.reduce) {
-        case Reduce::Sum: fill_rows(a, p.gi, n, 0, inner, p.g, A(1), false); break;
-        case Reduce::Mean: fill_rows(a, p.gi, n, 0, inner, p.g, A(1) / A(n), false); break;
-        case Reduce::Prod: prod_write(a, p.x, p.g, p.gi, 0, n, 0, inner, pre.data(), suf.data(), scratch); break;
-        default:
-          std::fill(st.begin(), st.end(), TieStats{});
-          tie_stats(a, p.x, p.y, 0, n, 0, inner, st.data());
-          tie_write(a, p.x, p.y, p.g, p.gi, 0, n, 0, inner, st.data());
+    return z;
+  };
+  const WorkSplit w = run_short_segments(lay, piece_rows, make_state,
+      [&](State& z, int64_t r, int64_t s, int64_t t0, int64_t t1) {
+    const int64_t* o = lay.row(r);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = o[s], n = o[s + 1] - b;
+      if (n <= piece_rows && n > 0) {
+        const auto p = seg_ptrs(r, s, b);
+        T* gi = z.out.target(p.gi, n * inner);
+        switch (a.reduce) {
+          case Reduce::Sum: fill_rows(a, gi, n, 0, inner, p.g, A(1), false); break;
+          case Reduce::Mean: fill_rows(a, gi, n, 0, inner, p.g, A(1) / A(n), false); break;
+          case Reduce::Prod:
+            prod_write(a, p.x, p.g, gi, 0, n, 0, inner, z.pre.data(), z.suf.data(), z.scratch);
+            break;
+          default:
+            std::fill(z.st.begin(), z.st.end(), TieStats{});
+            tie_stats(a, p.x, p.y, 0, n, 0, inner, z.st.data());
+            tie_write(a, p.x, p.y, p.g, gi, 0, n, 0, inner, z.st.data());
+        }
+      }
+      if (++s == S) {
+        s = 0;
+        o = lay.row(++r);
       }
     }
-  }
+  });
   if (w.longs.empty()) return;
 
   // Phase 2: long segments in (piece, tile) tasks. Ops that need segment-wide
@@ -296,6 +316,8 @@ void run(const Plan& plan, const detail::SegmentLayout& lay, const Args<T>& a) {
 #pragma omp parallel
   {
     std::vector<A> scratch;
+    // A piece's rows are contiguous in grad_input when it spans every feature.
+    StagedOutput<T> staged(stream && w.tiles == 1);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const PieceTask pt = piece_task(w, t);
@@ -304,13 +326,14 @@ void run(const Plan& plan, const detail::SegmentLayout& lay, const Args<T>& a) {
       const int64_t f0 = pt.tile * kFeatureTile, f1 = std::min(inner, f0 + kFeatureTile);
       const auto p = seg_ptrs(l.row, l.seg, l.begin);
       const int64_t slot = (l.first_piece + pt.piece) * inner;
+      T* gi = w.tiles == 1 ? staged.target(p.gi + j0 * inner, n * inner) : p.gi + j0 * inner;
       switch (a.reduce) {
-        case Reduce::Sum: fill_rows(a, p.gi + j0 * inner, n, f0, f1, p.g, A(1), false); break;
-        case Reduce::Mean: fill_rows(a, p.gi + j0 * inner, n, f0, f1, p.g, A(1) / A(l.n), false); break;
+        case Reduce::Sum: fill_rows(a, gi, n, f0, f1, p.g, A(1), false); break;
+        case Reduce::Mean: fill_rows(a, gi, n, f0, f1, p.g, A(1) / A(l.n), false); break;
         case Reduce::Prod:
-          prod_write(a, p.x, p.g, p.gi, j0, n, f0, f1, ppre.data() + slot, psuf.data() + slot, scratch);
+          prod_write(a, p.x, p.g, gi, j0, n, f0, f1, ppre.data() + slot, psuf.data() + slot, scratch);
           break;
-        default: tie_write(a, p.x, p.y, p.g, p.gi, j0, n, f0, f1, pst.data() + l.first_piece * inner);
+        default: tie_write(a, p.x, p.y, p.g, gi, j0, n, f0, f1, pst.data() + l.first_piece * inner);
       }
     }
   }

@@ -100,22 +100,35 @@ void run(const Plan& plan, const detail::SegmentLayout& lay, const T* x, Reduce 
       o[f] = store<T>(v);
     }
   };
-  const WorkSplit w = split_work(lay, plan.chunk);
+  const int64_t piece_rows = std::max<int64_t>(1, plan.chunk);
 
-  // Phase 1: every segment of at most piece_rows rows, whole, one task each.
-#pragma omp parallel
-  {
-    std::vector<A> acc(static_cast<size_t>(inner));
-#pragma omp for schedule(dynamic, 64)
-    for (int64_t t = 0; t < lay.outer * S; ++t) {
-      const int64_t r = lay.outer == 1 ? 0 : t / S, s = t - r * S;  // no division for 1-D
-      const int64_t b = lay.row(r)[s], n = lay.row(r)[s + 1] - b;
-      if (n > w.piece_rows) continue;
-      std::fill(acc.begin(), acc.end(), start);
-      reduce_rows<T, Op, Flat>(x + (r * L + b) * inner, n, inner, 0, inner, acc.data());
-      finish(acc.data(), n, out + t * inner);
+  // Phase 1: every segment of at most piece_rows rows, whole, in blocks of segments.
+  auto make_state = [&] { return std::vector<A>(static_cast<size_t>(inner)); };
+  const WorkSplit w = run_short_segments(lay, piece_rows, make_state,
+      [&](std::vector<A>& acc, int64_t r, int64_t s, int64_t t0, int64_t t1) {
+    const int64_t* o = lay.row(r);
+    const T* xr = x + r * L * inner;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = o[s], n = o[s + 1] - b;
+      if (n <= piece_rows) {
+        if constexpr (Flat) {  // inner == 1: a scalar accumulator, no vector round trip
+          A v = start;
+          reduce_rows<T, Op, true>(xr + b, n, 1, 0, 1, &v);
+          if (mean) v = n > 0 ? v / A(n) : empty_mean;
+          out[t] = store<T>(v);
+        } else {
+          std::fill(acc.begin(), acc.end(), start);
+          reduce_rows<T, Op, false>(xr + b * inner, n, inner, 0, inner, acc.data());
+          finish(acc.data(), n, out + t * inner);
+        }
+      }
+      if (++s == S) {
+        s = 0;
+        o = lay.row(++r);
+        xr += L * inner;
+      }
     }
-  }
+  });
   if (w.longs.empty()) return;
 
   // Phase 2: pieces of long segments into partials, then combined in piece order.

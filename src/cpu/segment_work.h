@@ -34,20 +34,74 @@ struct WorkSplit {
   int64_t total_pieces = 0;
 };
 
-inline WorkSplit split_work(const detail::SegmentLayout& lay, int64_t piece_rows) {
+// Phase 1 of every CPU segment kernel: the short segments (n <= piece_rows), each
+// whole, on all threads; returns the split of the long ones for phase 2.
+//
+// The flattened segments t = r * S + s are cut into blocks of about kBlockWork work
+// units, a segment costing its n * inner elements plus kSegCost (the per-segment
+// set-up, so a million segments of 1 are not one block). cost(t) is monotone in t,
+// so each block finds its own bounds by binary search on the offsets: no serial
+// O(S) pass. Blocks are scheduled dynamically; body(state, r, s, t0, t1) runs
+// segments t0..t1-1 starting at row r, segment s, and must skip segments longer
+// than piece_rows. Each block also lists its long segments, joined in block order,
+// so the long-segment split is the same as a serial scan would give.
+// Below kSerialWork units everything runs on the calling thread (waking the team
+// costs more than a small call).
+constexpr int64_t kBlockWork = int64_t(1) << 16, kSegCost = 16, kSerialWork = int64_t(1) << 15;
+
+template <class MakeState, class Body>
+WorkSplit run_short_segments(const detail::SegmentLayout& lay, int64_t piece_rows, MakeState make_state, Body body) {
   WorkSplit w;
   w.piece_rows = std::max<int64_t>(1, piece_rows);
   w.tiles = std::max<int64_t>(1, (lay.inner + kFeatureTile - 1) / kFeatureTile);
-  for (int64_t r = 0; r < lay.outer; ++r) {
-    const int64_t* o = lay.row(r);
-    for (int64_t s = 0; s < lay.S; ++s) {
-      const int64_t n = o[s + 1] - o[s];
-      if (n <= w.piece_rows) continue;
-      const int64_t pieces = (n + w.piece_rows - 1) / w.piece_rows;
-      w.longs.push_back({r, s, o[s], n, pieces, w.total_pieces});
-      w.total_pieces += pieces;
+  const int64_t S = lay.S, T = lay.outer * S, L = lay.L, inner = lay.inner;
+  if (T == 0) return w;
+  auto cost = [&](int64_t t) {  // monotone in t
+    const int64_t r = t == T ? lay.outer - 1 : t / S, s = t - r * S;
+    return (r * L + lay.row(r)[s]) * inner + kSegCost * t;
+  };
+  const int64_t total = cost(T) - cost(0);
+  const int64_t blocks = std::max<int64_t>(1, total / kBlockWork);
+  auto bound = [&](int64_t k) {  // first t with cost(t) - cost(0) >= k * total / blocks
+    if (k == 0) return int64_t(0);
+    if (k == blocks) return T;
+    const int64_t target = cost(0) + int64_t((__int128)total * k / blocks);
+    int64_t lo = 0, hi = T;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (cost(mid) >= target) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+  std::vector<std::vector<LongSegment>> longs(static_cast<size_t>(blocks));
+#pragma omp parallel if (total >= kSerialWork && blocks > 1)
+  {
+    auto state = make_state();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t k = 0; k < blocks; ++k) {
+      const int64_t t0 = bound(k), t1 = bound(k + 1);
+      if (t0 == t1) continue;
+      const int64_t r0 = t0 / S, s0 = t0 - r0 * S;
+      body(state, r0, s0, t0, t1);
+      int64_t r = r0, s = s0;
+      const int64_t* o = lay.row(r);
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t n = o[s + 1] - o[s];
+        if (n > w.piece_rows) longs[size_t(k)].push_back({r, s, o[s], n, (n + w.piece_rows - 1) / w.piece_rows, 0});
+        if (++s == S) {
+          s = 0;
+          o = lay.row(++r);
+        }
+      }
     }
   }
+  for (auto& bl : longs)
+    for (LongSegment& l : bl) {
+      l.first_piece = w.total_pieces;
+      w.total_pieces += l.pieces;
+      w.longs.push_back(l);
+    }
   return w;
 }
 
