@@ -1,20 +1,26 @@
 // CUDA softmax benchmark (shared/PERFORMANCE.md): every softmax row of the matrix,
 // forward and backward, float32/float16/bfloat16, segred's CUDA kernels timed with
 // CUDA events (warm-up, median of repeats, inputs > L2 where the case is large),
-// against a device-to-device copy measured in the same run. Prints CSV:
+// against a device-to-device copy measured in the same run, and cuDNN's softmax
+// on the same buffers when libcudnn.so.9 can be loaded (bench/cudnn_softmax.h).
+// Usage: cuda_softmax_bench [REPS [CUDNN_LIB_DIR...]]. Prints CSV:
 //   copy|<GB/s>
 //   case|<case>|<dtype>|<dir>|<path grid block>|<ms>|<bytes>|<% of copy>
+//   cudnn_status|<available ... | unavailable (reason)>
+//   cudnn|<case>|<dtype>|<dir>|<ms or ->|<% of copy or the cuDNN error>|<max |cuDNN - segred|>
 // bench/cuda_softmax_bench.py runs torch on the same cases and joins the tables.
-// Built by tools/gpu-check-softmax with nvcc against libsegred.a.
+// Built by tools/gpu-check-softmax with nvcc against libsegred.a (and -ldl).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "bench/cudnn_softmax.h"
 #include "segred/segred.h"
 
 using namespace segred;
@@ -39,6 +45,21 @@ __global__ void init_kernel(void* p, int64_t n, int dt, uint32_t seed, float lo,
     else if (dt == 2) static_cast<__half*>(p)[i] = __float2half(u);
     else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(u);
   }
+}
+
+// max |a - b| over the first n elements (dt as init_kernel), as float bits in *out
+// (non-negative floats order like their bits; NaN on either side counts as +inf).
+__global__ void maxdiff_kernel(const void* a, const void* b, int64_t n, int dt, unsigned* out) {
+  float m = 0.f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float u, v;
+    if (dt == 0) u = static_cast<const float*>(a)[i], v = static_cast<const float*>(b)[i];
+    else if (dt == 2) u = __half2float(static_cast<const __half*>(a)[i]), v = __half2float(static_cast<const __half*>(b)[i]);
+    else u = __bfloat162float(static_cast<const __nv_bfloat16*>(a)[i]), v = __bfloat162float(static_cast<const __nv_bfloat16*>(b)[i]);
+    const float d = fabsf(u - v);
+    m = (d != d) ? __int_as_float(0x7f800000) : fmaxf(m, d);
+  }
+  atomicMax(out, __float_as_uint(m));
 }
 
 struct Case {
@@ -69,8 +90,39 @@ template <class F> double median_ms(F&& f, int reps) {
   return t[t.size() / 2];
 }
 
+// cuDNN on the buffers segred just used: forward x -> scratch, backward (y, g) ->
+// scratch, each checked against segred's result (y, gi) and timed alike.
+void bench_cudnn(cudnn_bench::Softmax& dnn, const Case& c, const char* dtname, int code, const Tensor& x,
+                 const Tensor& y, const Tensor& g, const Tensor& gi, Tensor& scratch, double fbytes, double bbytes,
+                 double copy_gbs, int reps, unsigned* dmax) {
+  const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, x.dtype());
+  const auto dt = code == 0 ? cudnn_bench::kFloat : code == 2 ? cudnn_bench::kHalf : cudnn_bench::kBFloat16;
+  const int64_t n = x.numel();
+  for (int fwd = 1; fwd >= 0; --fwd) {
+    cudnn_bench::Status st = dnn.shape(dt, p.outer, p.dim_size, p.inner);
+    auto call = [&] { return fwd ? dnn.forward(x.data(), scratch.data()) : dnn.backward(y.data(), g.data(), scratch.data()); };
+    if (st == 0) st = call();
+    if (st != 0) {
+      std::printf("cudnn|%s|%s|%s|-|%s|-\n", c.name, dtname, fwd ? "fwd" : "bwd", dnn.error(st));
+      continue;
+    }
+    CK(cudaMemset(dmax, 0, sizeof(unsigned)));
+    maxdiff_kernel<<<1024, 256>>>(scratch.data(), fwd ? y.data() : gi.data(), n, code, dmax);
+    unsigned bits = 0;
+    CK(cudaMemcpy(&bits, dmax, sizeof(unsigned), cudaMemcpyDeviceToHost));
+    float diff;
+    std::memcpy(&diff, &bits, sizeof diff);
+    const double ms = median_ms([&] { call(); }, reps);
+    const double pct = 100.0 * ((fwd ? fbytes : bbytes) / (copy_gbs * 1e9)) / (ms * 1e-3);
+    std::printf("cudnn|%s|%s|%s|%.4f|%.1f|%.3g\n", c.name, dtname, fwd ? "fwd" : "bwd", ms, pct, double(diff));
+  }
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 25;
+  std::vector<std::string> cudnn_dirs;
+  for (int i = 2; i < argc; ++i) cudnn_dirs.push_back(argv[i]);
   // Copy bandwidth: 2 GiB device-to-device, bytes read + written.
   const size_t cb = size_t(1) << 31;
   void *c0, *c1;
@@ -82,6 +134,11 @@ int main(int argc, char** argv) {
   CK(cudaFree(c0));
   CK(cudaFree(c1));
   std::printf("copy|%.1f\n", copy_gbs);
+  cudnn_bench::Softmax dnn(cudnn_dirs);
+  if (dnn.ok()) std::printf("cudnn_status|available (cuDNN %zu, legacy cudnnSoftmaxForward/Backward)\n", dnn.version());
+  else std::printf("cudnn_status|unavailable (%s)\n", dnn.why().c_str());
+  unsigned* dmax = nullptr;
+  CK(cudaMalloc(&dmax, sizeof(unsigned)));
 
   const std::vector<Case> cases = {
       {"[16384, 4096] dim -1", {16384, 4096}, -1},
@@ -132,6 +189,10 @@ int main(int argc, char** argv) {
       std::printf("case|%s|%s|fwd|%s|%.4f|%.0f|%.1f\n", c.name, dt.name, path_f.c_str(), fms, fb, fpct);
       std::printf("case|%s|%s|bwd|%s|%.4f|%.0f|%.1f\n", c.name, dt.name, path_b.c_str(), bms, bb, bpct);
       std::fflush(stdout);
+      if (dnn.ok()) {
+        Tensor scratch = Tensor::empty(c.shape, dt.t, gpu);
+        bench_cudnn(dnn, c, dt.name, dt.code, x, y, g, gi, scratch, fb, bb, copy_gbs, reps, dmax);
+      }
     }
   return 0;
 }

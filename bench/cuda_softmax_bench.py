@@ -3,7 +3,7 @@
 Usage: python3 bench/cuda_softmax_bench.py SEGRED_CSV GTEST_LOG OUT_MD
 
 Runs in the same GPU session as bench/cuda_softmax_bench.cu (whose output is
-SEGRED_CSV): torch.softmax / torch._softmax_backward_data on the same shapes and
+SEGRED_CSV, with cuDNN's times when it loaded libcudnn.so.9): torch.softmax / torch._softmax_backward_data on the same shapes and
 dtypes (CUDA events, warm-up, median), a device-to-device copy measured here too,
 then torch's answer on the boundary shape [1, 2, 2^31 + 1] float16 over dim 1
 (forward and backward, softmax and log_softmax) with exact expected values at both
@@ -146,6 +146,8 @@ def torch_boundary():
 def main():
     seg_csv, gtest_log, out_md = sys.argv[1], sys.argv[2], sys.argv[3]
     seg = {}
+    dnn = {}  # (case, dtype, dir) -> (ms or None, error text, max |cuDNN - segred|)
+    dnn_status = "not run"
     seg_copy = None
     for line in open(seg_csv):
         p = line.rstrip("\n").split("|")
@@ -153,6 +155,11 @@ def main():
             seg_copy = float(p[1])
         elif p[0] == "case" and len(p) == 8:
             seg[(p[1], p[2], p[3])] = (p[4], float(p[5]), float(p[6]), float(p[7]))
+        elif p[0] == "cudnn_status":
+            dnn_status = p[1]
+        elif p[0] == "cudnn" and len(p) == 7:
+            ok = p[4] != "-"
+            dnn[(p[1], p[2], p[3])] = (float(p[4]) if ok else None, "" if ok else p[5], p[6])
     torch_copy, tt = torch_times()
     bnd = torch_boundary()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -164,20 +171,33 @@ def main():
              f"{seg_copy:.0f} GB/s, torch process {torch_copy:.0f} GB/s; % of copy bandwidth below uses "
              f"{seg_copy:.0f} GB/s for both. Bytes: fwd 2 x tensor, bwd 3 x tensor. Median of {REPS}.")
     L.append("")
-    L.append("| case | dtype | dir | segred ms | segred % copy | torch ms | torch % copy | torch/segred | segred path |")
-    L.append("|---|---|---|---|---|---|---|---|---|")
+    L.append(f"cuDNN: {dnn_status}; timed in the segred process on the same buffers: cudnnSoftmaxForward/"
+             "Backward, CUDNN_SOFTMAX_ACCURATE, MODE_CHANNEL over NCHW [outer, D, inner, 1]; "
+             "'cuDNN diff' = max |cuDNN - segred| over the tensor (a check that both compute the same function).")
+    L.append("")
+    L.append("| case | dtype | dir | segred ms | segred % copy | torch ms | torch % copy | torch/segred | "
+             "cuDNN ms | cuDNN % copy | cuDNN/segred | cuDNN diff | segred path |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in CASES:
         for dn in DT:
             for d in ("fwd", "bwd"):
                 s = seg.get((name, dn, d))
                 t = tt.get((name, dn, d))
                 if not s:
-                    L.append(f"| {name} | {dn} | {d} | - | - | {t:.4f} | - | - | missing |")
+                    L.append(f"| {name} | {dn} | {d} | - | - | {t:.4f} | - | - | - | - | - | - | missing |")
                     continue
                 path, ms, by, pct = s
                 tpct = 100.0 * (by / (seg_copy * 1e9)) / (t * 1e-3)
+                c = dnn.get((name, dn, d))
+                if c is None:
+                    dcols = "- | - | - | -"
+                elif c[0] is None:
+                    dcols = f"{c[1]} | - | - | -"
+                else:
+                    cpct = 100.0 * (by / (seg_copy * 1e9)) / (c[0] * 1e-3)
+                    dcols = f"{c[0]:.4f} | {cpct:.1f}% | {c[0] / ms:.2f} | {c[2]}"
                 L.append(f"| {name} | {dn} | {d} | {ms:.4f} | {pct:.1f}% | {t:.4f} | {tpct:.1f}% | "
-                         f"{t / ms:.2f} | {path} |")
+                         f"{t / ms:.2f} | {dcols} | {path} |")
     L.append("")
     L.append("## Boundary: [1, 2, 2^31+1] float16 over dim 1 (and segred's other boundary shapes)")
     L.append("")

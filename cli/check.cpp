@@ -200,6 +200,7 @@ int run_check(const CheckOptions& opt) {
   size_t total = 0;
   for (const DeviceRef dev : devices)
     total += cases.size() + large.size() + softmax_case_count(dev) +
+             (opt.large ? softmax_large_case_count(dev) : 0) +
              (dev.type == Device::CPU ? segment_softmax_case_count() : 0);
   Progress progress(total);
   auto record = [&](Row row) {
@@ -241,6 +242,7 @@ int run_check(const CheckOptions& opt) {
       record(std::move(row));
     }
     run_softmax_cases(dev, record);  // cli/softmax_cases.cpp: the softmax family's rows
+    if (opt.large) run_softmax_large_cases(dev, record);  // its boundary cases (every CUDA i64 path)
     run_segment_softmax_cases(dev, record);  // cli/segment_softmax_cases.cpp: the ragged softmax rows
   }
 

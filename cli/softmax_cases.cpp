@@ -1,5 +1,7 @@
 #include "cli/softmax_cases.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -15,22 +17,11 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// One input: values of the logical shape (row-major), the dim, and whether the
-// kernel sees it through a transposed (non-contiguous) view.
-struct SoftmaxInput {
-  std::string name;
-  Shape shape;
-  int64_t dim;
-  std::vector<double> data;
-  bool transposed = false;  // 2-D only: stored as [cols, rows], viewed with swapped strides
-};
-
-struct SoftmaxCase {
-  std::string name;
-  const SoftmaxInput* input;
-  bool log;
-  std::string dtype;
-};
+// The upstream gradient of element i: every sign, zero, and values other than 1.
+double grad_pattern(size_t i) {
+  static const double pattern[] = {1.0, -1.0, 0.0, 0.4, -2.5, 3.0};
+  return pattern[i % 6] * (1.0 + double(i % 5) / 8);
+}
 
 // Deterministic values in [-a, a] (no RNG: the matrix is the same every run).
 std::vector<double> wave(size_t n, double a) {
@@ -56,6 +47,8 @@ const std::vector<std::pair<std::string, std::vector<double>>>& special_rows() {
   };
   return rows;
 }
+
+}  // namespace
 
 const std::vector<SoftmaxInput>& softmax_inputs() {
   static const std::vector<SoftmaxInput> all = [] {
@@ -122,6 +115,11 @@ std::vector<SoftmaxCase> softmax_cases() {
   return out;
 }
 
+double softmax_tolerance(const std::string& dtype) {
+  return dtype == "float64" ? 1e-12 : dtype == "float32" ? 4e-6 : dtype == "float16" ? 2e-3 : 1.6e-2;
+}
+
+namespace {
 
 struct Outcome {
   double err = 0;
@@ -157,11 +155,10 @@ Outcome run_case(const SoftmaxCase& c, DeviceRef dev) {
   // Values rounded to T once; the reference sees the rounded values.
   std::vector<T> xd(n), gd(n);
   std::vector<double> x(n), g(n);
-  static const double pattern[] = {1.0, -1.0, 0.0, 0.4, -2.5, 3.0};
   for (size_t i = 0; i < n; ++i) {
     xd[i] = store<T>(acc_t<T>(in.data[i]));
     x[i] = double(load(xd[i]));
-    gd[i] = store<T>(acc_t<T>(pattern[i % 6] * (1.0 + double(i % 5) / 8)));
+    gd[i] = store<T>(acc_t<T>(grad_pattern(i)));
     g[i] = double(load(gd[i]));
   }
   // The transposed form: storage [cols, rows], viewed as [rows, cols].
@@ -181,7 +178,7 @@ Outcome run_case(const SoftmaxCase& c, DeviceRef dev) {
   const OnDevice xdev(xv, storage, dev), gdev(gv, storage, dev);
   const SoftmaxProblem p = make_softmax_problem(in.shape, in.dim, dt);
   const reference::SoftmaxShape rs{p.outer, p.dim_size, p.inner};
-  const double tol = dt == DType::Float64 ? 1e-12 : dt == DType::Float32 ? 4e-6 : dt == DType::Float16 ? 2e-3 : 1.6e-2;
+  const double tol = softmax_tolerance(c.dtype);
   auto compare = [&](const char* what, const T* got, const std::vector<double>& want) {
     for (size_t i = 0; i < want.size(); ++i) {
       const double v = double(load(got[i]));
@@ -247,6 +244,263 @@ void run_softmax_cases(DeviceRef dev, const std::function<void(Row)>& record) {
     record(Row{c.name, c.log ? "log_softmax" : "softmax", dev.type == Device::CPU ? "cpu" : "cuda", path, o.err,
                o.ok ? "ok" : "WRONG", o.detail});
   }
+}
+
+
+// ---- materialized cases (segred align) --------------------------------------
+
+namespace {
+DType dtype_named(const std::string& name) {
+  for (DType t : {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16})
+    if (dtype_name(t) == name) return t;
+  return DType::Float64;
+}
+}  // namespace
+
+SoftmaxMaterialized materialize(const SoftmaxCase& c) {
+  const SoftmaxInput& in = *c.input;
+  const DType dt = dtype_named(c.dtype);
+  const size_t n = size_t(numel(in.shape));
+  SoftmaxMaterialized m;
+  for (size_t i = 0; i < n; ++i) {
+    m.x.push_back(round_to_dtype(in.data[i], dt));
+    m.grad.push_back(round_to_dtype(grad_pattern(i), dt));
+  }
+  const SoftmaxProblem p = make_softmax_problem(in.shape, in.dim, dt);
+  const reference::SoftmaxShape rs{p.outer, p.dim_size, p.inner};
+  m.expected_out = reference::softmax_forward(rs, m.x, c.log);
+  for (double v : m.expected_out) m.output.push_back(round_to_dtype(v, dt));
+  m.expected_grad = reference::softmax_backward(rs, m.grad, m.output, c.log);
+  return m;
+}
+
+// ---- boundary cases (--large) ----------------------------------------------
+
+std::string LargeSoftmaxCase::cuda_path() const {
+  return op() + (dir == Direction::Fwd ? ".fwd" : ".bwd") + ".cuda." + kernel + ".i64";
+}
+
+std::vector<LargeSoftmaxCase> softmax_large_cases(const BoundarySizes& z) {
+  // float16 values whose results are exact (those of tests/cpp/test_cuda_softmax.cpp,
+  // CudaSoftmaxHuge.*): big = 0xfbfb = -65376 (exp(big - m) is 0 exactly, and
+  // big - ln2 rounds back to big), one = 0x3c3c = 1.05859375, halfp = 0x3838 = 0.52734375.
+  const double big = -65376.0, one = 1.05859375, halfp = 0.52734375;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<LargeSoftmaxCase> out;
+  auto add = [&](const std::string& kernel, const std::string& shape_name, const Shape& shape, int64_t dim,
+                 const std::string& boundary, bool log, Direction dir, FilledArray a, FilledArray b,
+                 std::vector<int64_t> extra) {
+    LargeSoftmaxCase c;
+    c.kernel = kernel;
+    c.shape_name = shape_name;
+    c.shape = shape;
+    c.dim = dim;
+    c.log = log;
+    c.dir = dir;
+    c.a = std::move(a);
+    c.b = std::move(b);
+    c.boundary = boundary;
+    // The CPU has one path per layout and no index-width variants: the spatial
+    // shape (past 2^32) and the last-dim row (past 2^31) reach both; the
+    // lastdim_warp shapes would repeat cpu.lastdim, so they run on CUDA only.
+    c.cpu = kernel != "lastdim_warp";
+    for (const auto* arr : {&c.a, &c.b})
+      for (const Patch& p : arr->patches) extra.push_back(p.at);
+    c.checks = boundary_points(c.numel(), extra);
+    c.name = "large/" + kernel + "/" + shape_name + "/" + c.op() + (dir == Direction::Fwd ? ".fwd" : ".bwd") +
+             "/float16";
+    out.push_back(std::move(c));
+  };
+  const Direction F = Direction::Fwd, B = Direction::Bwd;
+  // spatial: [1, 2, L] over dim 1, 2^32 + 2 elements. Column c holds elements c
+  // (d = 0) and L + c (d = 1): the shape on which torch 2.11's spatial backward
+  // (uint32 offsets) is wrong at both ends.
+  {
+    const int64_t L = z.spatial_cols, n = 2 * L;
+    const Shape s{1, 2, L};
+    const std::string sn = "1x2x" + std::to_string(L) + ".dim1";
+    const std::vector<int64_t> cols = {1, L + 1, L - 2, n - 2};  // interior columns 1 and L-2
+    // forward: interior (one, one) -> 0.5 / -ln2; column 0 (0, big) -> (1, 0);
+    // last column (big, 2) -> (0, 1) / (big - 2 -> big, 0).
+    const FilledArray x{one, {{0, 0.0}, {L, big}, {L - 1, big}, {n - 1, 2.0}}};
+    for (bool log : {false, true}) add("spatial", sn, s, 1, "UINT32_MAX", log, F, x, {}, cols);
+    // softmax backward: interior g = 0 -> 0; column 0 y (.5, .5) g (2, -3) -> (1.25, -1.25);
+    // last y (.25, .75) g (4, -2) -> (1.125, -1.125).
+    add("spatial", sn, s, 1, "UINT32_MAX", false, B, {0.0, {{0, 2.0}, {L, -3.0}, {L - 1, 4.0}, {n - 1, -2.0}}},
+        {halfp, {{0, 0.5}, {L, 0.5}, {L - 1, 0.25}, {n - 1, 0.75}}}, cols);
+    // log_softmax backward: interior g = 0 -> 0; column 0 y (0, big) g (2, -3) -> (3, -3);
+    // last y (big, 0) g (-5, .5) -> (-5, 5).
+    add("spatial", sn, s, 1, "UINT32_MAX", true, B, {0.0, {{0, 2.0}, {L, -3.0}, {L - 1, -5.0}, {n - 1, 0.5}}},
+        {halfp, {{0, 0.0}, {L, big}, {L - 1, big}, {n - 1, 0.0}}}, cols);
+  }
+  // lastdim_block: one row of D = 2^31 + 2 elements (a cluster streaming the row).
+  {
+    const int64_t n = z.lastdim_row;
+    const Shape s{1, n};
+    const std::string sn = "1x" + std::to_string(n) + ".dim-1";
+    // forward: interior big, ends 0 -> ends 0.5 / -ln2, interior 0 / big.
+    for (bool log : {false, true})
+      add("lastdim_block", sn, s, -1, "INT32_MAX", log, F, {big, {{0, 0.0}, {n - 1, 0.0}}}, {}, {});
+    // softmax backward: interior y = 0; ends y = .5, g = 2 and -3: sum g*y = -0.5
+    // -> ends 1.25 and -1.25, interior 0.
+    add("lastdim_block", sn, s, -1, "INT32_MAX", false, B, {one, {{0, 2.0}, {n - 1, -3.0}}},
+        {0.0, {{0, 0.5}, {n - 1, 0.5}}}, {});
+    // log_softmax backward: interior g = 0, y = big; ends y = 0: sum g = -1 -> 3, -2, interior 0.
+    add("lastdim_block", sn, s, -1, "INT32_MAX", true, B, {0.0, {{0, 2.0}, {n - 1, -3.0}}},
+        {big, {{0, 0.0}, {n - 1, 0.0}}}, {});
+  }
+  // lastdim_warp: 2.2e9 rows of 1 (one lane per row; the row counter passes 2^31).
+  {
+    const int64_t n = z.rows_of_one;
+    const Shape s{n, 1};
+    const std::string sn = std::to_string(n) + "x1.dim-1";
+    // forward: D == 1 -> 1 / 0; the last row -inf -> NaN.
+    for (bool log : {false, true})
+      add("lastdim_warp", sn, s, -1, "INT32_MAX", log, F, {one, {{0, 5.0}, {n - 1, -inf}}}, {}, {});
+    // softmax backward y*(g - g*y): y = 0 inside; row 0 (y .5, g 3) -> .75; last (.25, -2) -> -.375.
+    add("lastdim_warp", sn, s, -1, "INT32_MAX", false, B, {one, {{0, 3.0}, {n - 1, -2.0}}},
+        {0.0, {{0, 0.5}, {n - 1, 0.25}}}, {});
+    // log_softmax backward g - exp(y)*g: y = big inside -> g; rows 0 and last (y 0) -> 0.
+    add("lastdim_warp", sn, s, -1, "INT32_MAX", true, B, {one, {{0, 3.0}, {n - 1, -2.0}}},
+        {big, {{0, 0.0}, {n - 1, 0.0}}}, {});
+  }
+  // lastdim_warp: 1.1e9 rows of 2 (2.2e9 elements; lane groups of one lane holding 2).
+  {
+    const int64_t R = z.rows_of_two, n = 2 * R;
+    const Shape s{R, 2};
+    const std::string sn = std::to_string(R) + "x2.dim-1";
+    // forward: interior pairs equal -> 0.5 / -ln2; row 0 (0, big) -> (1, 0); last (big, 2) -> (0, 1).
+    for (bool log : {false, true})
+      add("lastdim_warp", sn, s, -1, "INT32_MAX", log, F, {one, {{0, 0.0}, {1, big}, {n - 2, big}, {n - 1, 2.0}}},
+          {}, {});
+    // softmax backward: g = 0 inside -> 0; row 0 y (.5, .5) g (2, -3) -> (1.25, -1.25);
+    // last y (.25, .75) g (4, -2) -> (1.125, -1.125).
+    add("lastdim_warp", sn, s, -1, "INT32_MAX", false, B, {0.0, {{0, 2.0}, {1, -3.0}, {n - 2, 4.0}, {n - 1, -2.0}}},
+        {halfp, {{0, 0.5}, {1, 0.5}, {n - 2, 0.25}, {n - 1, 0.75}}}, {});
+    // log_softmax backward: g = 0 inside -> 0; row 0 y (0, big) g (2, -3) -> (3, -3);
+    // last y (big, 0) g (-5, .5) -> (-5, 5).
+    add("lastdim_warp", sn, s, -1, "INT32_MAX", true, B, {0.0, {{0, 2.0}, {1, -3.0}, {n - 2, -5.0}, {n - 1, 0.5}}},
+        {halfp, {{0, 0.0}, {1, big}, {n - 2, big}, {n - 1, 0.0}}}, {});
+  }
+  return out;
+}
+
+double large_expected(const LargeSoftmaxCase& c, int64_t i) {
+  // [outer, D, inner] around dim, computed here (not by the library under test).
+  const int64_t nd = int64_t(c.shape.size());
+  const int64_t dim = c.dim < 0 ? c.dim + nd : c.dim;
+  int64_t D = c.shape[size_t(dim)], inner = 1;
+  for (int64_t k = dim + 1; k < nd; ++k) inner *= c.shape[size_t(k)];
+  const int64_t o = i / (D * inner), j = i % inner;
+  auto in_row = [&](int64_t e) { return e / (D * inner) == o && e % inner == j; };
+  // The row as runs: every patched element of the row once, the fill for the rest.
+  struct Run {
+    double a, b;
+    int64_t count;
+  };
+  std::vector<int64_t> patched;
+  for (const auto* arr : {&c.a, &c.b})
+    for (const Patch& p : arr->patches)
+      if (in_row(p.at) && std::find(patched.begin(), patched.end(), p.at) == patched.end()) patched.push_back(p.at);
+  std::vector<Run> runs;
+  for (int64_t e : patched) runs.push_back({round_to_dtype(c.a.at(e), c.dtype), round_to_dtype(c.b.at(e), c.dtype), 1});
+  if (D > int64_t(patched.size()))
+    runs.push_back({round_to_dtype(c.a.fill, c.dtype), round_to_dtype(c.b.fill, c.dtype), D - int64_t(patched.size())});
+  const double a = round_to_dtype(c.a.at(i), c.dtype), b = round_to_dtype(c.b.at(i), c.dtype);
+  double v;
+  if (c.dir == Direction::Fwd) {
+    // SEMANTICS.md: any NaN or +inf, or no value above -inf, makes the row NaN.
+    bool bad = true;
+    for (const Run& r : runs) {
+      if (std::isnan(r.a) || r.a == INFINITY) {
+        bad = true;
+        break;
+      }
+      if (r.a != -INFINITY) bad = false;
+    }
+    if (bad) return std::numeric_limits<double>::quiet_NaN();
+    double m = -INFINITY, s = 0;
+    for (const Run& r : runs) m = std::max(m, r.a);
+    for (const Run& r : runs) s += double(r.count) * std::exp(r.a - m);
+    v = c.log ? (a - m) - std::log(s) : std::exp(a - m) / s;
+  } else {
+    // softmax: gI = y * (g - sum(g * y)); log_softmax: gI = g - exp(y) * sum(g).
+    double acc = 0;
+    for (const Run& r : runs) acc += double(r.count) * (c.log ? r.a : r.a * r.b);
+    v = c.log ? a - std::exp(b) * acc : b * (a - acc);
+  }
+  return round_to_dtype(v, c.dtype);
+}
+
+Row run_softmax_large_case(const LargeSoftmaxCase& c, DeviceRef dev) {
+  Row row{c.name, c.op(), dev.type == Device::CPU ? "cpu" : "cuda", "", 0, "ok", ""};
+  const std::string need = "needs " + gib(c.bytes_needed());
+  const std::string short_of = memory_shortfall(dev, c.bytes_needed());
+  if (!short_of.empty()) {
+    row.verdict = "skipped";
+    row.detail = short_of;
+    return row;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::set<std::string> ps;
+  try {
+    const Tensor a = make_filled(c.shape, c.dtype, c.a, dev);
+    // Poisoned (NaN), so an element the kernel fails to write reads wrong.
+    const Tensor out = make_filled(c.shape, c.dtype, {std::numeric_limits<double>::quiet_NaN(), {}}, dev);
+    TraceSession trace;
+    if (c.dir == Direction::Fwd) {
+      if (c.log) log_softmax_out(a, c.dim, out);
+      else softmax_out(a, c.dim, out);
+    } else {
+      const Tensor b = make_filled(c.shape, c.dtype, c.b, dev);
+      if (c.log) log_softmax_backward_out(a, b, c.dim, out);
+      else softmax_backward_out(a, b, c.dim, out);
+    }
+    const std::vector<double> got = read_elements(out, c.checks);  // waits for the kernel
+    for (const auto& r : trace.records()) ps.insert(r.path);
+    int bad = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      const double want = large_expected(c, c.checks[k]);
+      if (close_enough(got[k], want, 0.0, row.err)) continue;  // exact (NaN meets NaN)
+      if (bad++ == 0) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "element %lld = %.9g, expected %.9g", (long long)c.checks[k], got[k], want);
+        row.detail = buf;
+      }
+    }
+    if (bad) {
+      row.verdict = "WRONG";
+      row.detail = std::to_string(bad) + " of " + std::to_string(got.size()) + " checked elements wrong, " + row.detail;
+    } else {
+      row.detail = std::to_string(got.size()) + " elements exact";
+    }
+  } catch (const std::exception& e) {
+    row.verdict = "WRONG";
+    row.detail = std::string("threw: ") + e.what();
+  }
+  for (const auto& p : ps) row.paths += (row.paths.empty() ? "" : ",") + p;
+  if (dev.type == Device::CUDA && row.verdict == "ok" && row.paths != c.cuda_path()) {
+    row.verdict = "WRONG";
+    row.detail = "reached '" + row.paths + "', built to reach " + c.cuda_path();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "; %s; %.1f s", need.c_str(), secs);
+  row.detail += buf;
+  return row;
+}
+
+size_t softmax_large_case_count(DeviceRef dev) {
+  if (!has_softmax_paths(dev)) return 0;
+  size_t k = 0;
+  for (const LargeSoftmaxCase& c : softmax_large_cases()) k += dev.type != Device::CPU || c.cpu;
+  return k;
+}
+
+void run_softmax_large_cases(DeviceRef dev, const std::function<void(Row)>& record) {
+  if (!has_softmax_paths(dev)) return;
+  for (const LargeSoftmaxCase& c : softmax_large_cases())
+    if (dev.type != Device::CPU || c.cpu) record(run_softmax_large_case(c, dev));
 }
 
 }  // namespace segred::cli

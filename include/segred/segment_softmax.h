@@ -16,6 +16,9 @@
 //   softmax      gI = y * (g - sum_seg(g * y))
 //   log_softmax  gI = g - exp(y) * sum_seg(g)
 //   logsumexp    gI = g_seg * exp(x - y_seg)
+// CUDA: data, metadata and outputs on one device; work is queued on the calling
+// thread's current stream (segred/stream.h); unsafe = false copies the metadata to
+// the host to validate it (one synchronisation), as segment_reduce does.
 // Special values, per segment, as the dense softmax: all -inf -> NaN, any NaN or
 // +inf -> NaN (softmax, log_softmax); a segment of 1 -> softmax 1, log_softmax 0,
 // gradient 0. logsumexp (like torch.logsumexp): empty or all -inf -> -inf, any NaN
@@ -55,6 +58,8 @@ struct SegmentSoftmaxProblem {
 };
 
 // Pure: the path a call would run. CPU: one path per op and direction, 64-bit.
+// CUDA: "<op>.<fwd|bwd>.cuda.tiles.i32|i64" (src/core/segment_softmax_geometry.h),
+// i32 when every index the kernels form is below 2^31; chunk = merge items per tile.
 Plan plan_segment_softmax(const SegmentSoftmaxProblem& p);
 
 std::string_view to_string(SegmentSoftmaxOp op);

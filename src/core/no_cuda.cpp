@@ -13,5 +13,6 @@ std::shared_ptr<void> cuda_allocate(size_t, int) {
 void cuda_copy(void*, const void*, size_t) {
   throw ValueError("device: this segred build has no CUDA backend (configure with SEGRED_ENABLE_CUDA=ON)");
 }
+int64_t cuda_free_bytes(int) { return 0; }
 }  // namespace detail
 }  // namespace segred

@@ -84,6 +84,22 @@ const std::vector<PathInfo> kPaths = {
     {"log_softmax.bwd.cuda.lastdim_block.i64", "log_softmax", D::Bwd, B::CUDA, 64},
     {"log_softmax.bwd.cuda.spatial.i32", "log_softmax", D::Bwd, B::CUDA, 32},
     {"log_softmax.bwd.cuda.spatial.i64", "log_softmax", D::Bwd, B::CUDA, 64},
+    // ragged softmax family, CUDA (src/core/segment_softmax_geometry.h): merge-path
+    // tiles staged in shared memory, chunk walks + block segmented scan, segments
+    // crossing tiles completed by segment_reduce's fix-up and a crossing pass; i32
+    // when every index the kernels form is < 2^31.
+    {"segment_softmax.fwd.cuda.tiles.i32", "segment_softmax", D::Fwd, B::CUDA, 32},
+    {"segment_softmax.fwd.cuda.tiles.i64", "segment_softmax", D::Fwd, B::CUDA, 64},
+    {"segment_softmax.bwd.cuda.tiles.i32", "segment_softmax", D::Bwd, B::CUDA, 32},
+    {"segment_softmax.bwd.cuda.tiles.i64", "segment_softmax", D::Bwd, B::CUDA, 64},
+    {"segment_log_softmax.fwd.cuda.tiles.i32", "segment_log_softmax", D::Fwd, B::CUDA, 32},
+    {"segment_log_softmax.fwd.cuda.tiles.i64", "segment_log_softmax", D::Fwd, B::CUDA, 64},
+    {"segment_log_softmax.bwd.cuda.tiles.i32", "segment_log_softmax", D::Bwd, B::CUDA, 32},
+    {"segment_log_softmax.bwd.cuda.tiles.i64", "segment_log_softmax", D::Bwd, B::CUDA, 64},
+    {"segment_logsumexp.fwd.cuda.tiles.i32", "segment_logsumexp", D::Fwd, B::CUDA, 32},
+    {"segment_logsumexp.fwd.cuda.tiles.i64", "segment_logsumexp", D::Fwd, B::CUDA, 64},
+    {"segment_logsumexp.bwd.cuda.tiles.i32", "segment_logsumexp", D::Bwd, B::CUDA, 32},
+    {"segment_logsumexp.bwd.cuda.tiles.i64", "segment_logsumexp", D::Bwd, B::CUDA, 64},
 #endif
 };
 }  // namespace

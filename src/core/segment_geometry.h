@@ -17,14 +17,17 @@
 // of CUB's merge-path SpMV). A tile therefore does the same work whether it holds
 // one position of a 2^26 segment or 32 empty segments: the split is indifferent
 // to the length distribution. A segment that crosses tile edges leaves one
-// partial per tile; a second small kernel combines them in tile order
+// partial per tile; a small fix-up kernel combines them in tile order
 // (deterministic, no atomics on values).
 //
 // Worked example: 1-D float32, L = 2^26, S = 2^21 segments of 32: U = 2^21 + 2,
 // D = U + N = 69,206,018 items; flat tiles are one warp x 16 items = 512 items,
 // so 135,169 tiles, 8 per block: grid 16,897 x 256 threads. (16-bit types: 32
-// items per lane, 1024 per tile.) A partition kernel finds the W + 1 tile
-// boundaries first (one thread each), so no tile waits on a search.
+// items per lane, 1024 per tile.) The prepare kernel (src/cuda/segment_reduce.cu)
+// builds q from the metadata and finds the W + 1 tile boundaries first, so no
+// tile waits on a search. A call runs prepare, the main kernel and the fix-up
+// (forward; max/min backward adds the write pass), sum/mean backward prepare and
+// the write pass.
 //
 // Paths:
 //   flat (inner == 1): a warp stages its tile's positions and segment ends in

@@ -1,11 +1,16 @@
 // API layer of the ragged softmax family: validation (segment_reduce's rules),
-// planning, dispatch. CPU only for now; CUDA tensors get a clear error.
+// planning, dispatch to the CPU or CUDA kernels.
 #include "segred/segment_softmax.h"
 
 #include "segred/error.h"
 #include "src/core/api_util.h"
+#include "src/core/segment_softmax_geometry.h"
 #include "src/core/segments.h"
 #include "src/cpu/segment_softmax_kernels.h"
+#ifdef SEGRED_WITH_CUDA
+#include "segred/stream.h"
+#include "src/cuda/segment_softmax_kernels.h"
+#endif
 
 namespace segred {
 
@@ -18,9 +23,21 @@ std::string_view to_string(SegmentSoftmaxOp op) {
   return "?";
 }
 
+// CUDA: the merge-path tiles of src/core/segment_softmax_geometry.h, one path per
+// op and direction, i32 when every index the kernels form stays below 2^31;
+// chunk = merge items per tile. (Planning needs no device: any build answers.)
+// CPU: one path per op and direction, 64-bit.
 Plan plan_segment_softmax(const SegmentSoftmaxProblem& p) {
-  SEGRED_CHECK(p.backend == Backend::CPU, ValueError, to_string(p.op),
-               ": no CUDA path in this build yet (data must be on the CPU)");
+  if (p.backend == Backend::CUDA) {
+    const detail::SegmentSoftmaxGeometry g = detail::segment_softmax_geometry(p);
+    Plan plan;
+    plan.path = detail::segment_softmax_cuda_path(p.op, p.direction, g.index_bits);
+    plan.index_bits = g.index_bits;
+    plan.grid = {g.grid, 1, 1};
+    plan.block = {g.block, 1, 1};
+    plan.chunk = g.items;
+    return plan;
+  }
   static constexpr std::string_view kPaths[3][2] = {
       {"segment_softmax.fwd.cpu.i64", "segment_softmax.bwd.cpu.i64"},
       {"segment_log_softmax.fwd.cpu.i64", "segment_log_softmax.bwd.cpu.i64"},
@@ -38,9 +55,16 @@ std::string op_name(SegmentSoftmaxOp op, Direction d) {
   return std::string(to_string(op)) + (d == Direction::Bwd ? "_backward" : "");
 }
 
+// CPU: shapes and metadata values; CUDA: shapes only (the metadata lives on the
+// device and is validated by the CUDA entry point, unless unsafe).
 detail::SegmentLayout resolve(const std::string& op, const TensorView& data, const Segments& seg) {
   SEGRED_CHECK(!seg.initial, ValueError, op, ": initial is not an argument of the segment softmax family");
+  if (detail::backend_of(data) == Backend::CUDA) return detail::resolve_layout(op.c_str(), data, seg);
   return detail::resolve_segments(op.c_str(), data, seg);
+}
+
+[[noreturn, maybe_unused]] void no_cuda(const std::string& op) {
+  throw ValueError(detail::cat(op, ": data is on CUDA but this segred build has no CUDA backend"));
 }
 
 Shape result_shape(SegmentSoftmaxOp op, const detail::SegmentLayout& lay, const Shape& data_shape) {
@@ -62,6 +86,14 @@ void segment_softmax_out(SegmentSoftmaxOp op, const TensorView& data, const Segm
   detail::check_output(name.c_str(), "out", out, result_shape(op, lay, data.sizes), data.dtype, data.device,
                        {&data});
   const Plan plan = plan_segment_softmax(problem(op, Direction::Fwd, lay, data));
+  if (detail::backend_of(data) == Backend::CUDA) {  // validates the device metadata even when out is empty
+#ifdef SEGRED_WITH_CUDA
+    cuda::segment_softmax_fwd(plan, op, lay, seg, data, out, current_stream());  // the caller's stream
+    return;
+#else
+    no_cuda(name);
+#endif
+  }
   if (out.numel() == 0) return;  // nothing to write: no kernel runs
   detail::Contig x(data);
   cpu::segment_softmax_fwd(plan, op, lay, x.view, out);
@@ -96,6 +128,14 @@ void segment_softmax_backward_out(SegmentSoftmaxOp op, const TensorView& grad, c
   detail::check_output(name.c_str(), "grad_input", grad_input, shape_ref.sizes, shape_ref.dtype, shape_ref.device,
                        {&grad, &output, &data});
   const Plan plan = plan_segment_softmax(problem(op, Direction::Bwd, lay, shape_ref));
+  if (detail::backend_of(shape_ref) == Backend::CUDA) {
+#ifdef SEGRED_WITH_CUDA
+    cuda::segment_softmax_bwd(plan, op, lay, seg, grad, output, shape_ref, grad_input, current_stream());
+    return;
+#else
+    no_cuda(name);
+#endif
+  }
   if (grad_input.numel() == 0) return;
   detail::Contig g(grad), y(output), x(shape_ref);
   cpu::segment_softmax_bwd(plan, op, lay, g.view, y.view, x.view, grad_input);

@@ -15,26 +15,23 @@
 
 namespace segred {
 
-std::atomic<bool>& cpu::softmax_allow_avx2() {
-  static std::atomic<bool> allow{true};
-  return allow;
-}
-
 namespace {
 
-// Cache budgets behind plan_softmax's work split (CPU). 16 KiB: a block that is
-// reduced twice in a row (max, then sum of exp) stays in L1d (32-48 KiB on
-// current x86 cores). 512 KiB: the [D, W] input tile of a spatial work item stays
-// in a core's L2 (1-2 MiB) between its statistics pass and its write pass, with
-// room for the output and the other thread's prefetches.
+// Cache budget and tile widths behind plan_softmax's work split (CPU), measured
+// on 2 cores of the benchmark host (bench/NOTES.md, "CPU softmax"). 16 KiB: a
+// lastdim block that is reduced twice in a row (max, then sum of exp) stays in
+// L1d (32-48 KiB on current x86 cores). Spatial tiles of W columns: W = 128
+// (rows of 512 B in float32) while D <= 512, the tile then in L2 between the two
+// passes; a longer D makes that tile spill anyway, and rows `inner` apart that
+// are only 512 B long read slowly (a new page per row, which the hardware
+// prefetcher does not follow), so there W = 1024 (4 KiB rows), the backward's
+// tile in L3, and the forward's tile of exps (accumulation type) kept near 4 MiB
+// (W down to 128 for D = 8192).
 constexpr int64_t kL1Block = 16 * 1024;
-constexpr int64_t kL2Tile = 512 * 1024;
-// Spatial tile width bounds: at least 64 columns, so each row of the tile is
-// whole cache lines and long enough for the prefetcher and the vector loop, even
-// when that means the tile spills from L2 (D > 2048 float32 forward); at most
-// 4096, so an outer index still splits into several work items.
-constexpr int64_t kMinCols = 64;
-constexpr int64_t kMaxCols = 4096;
+constexpr int64_t kTileCols = 128;
+constexpr int64_t kLongDim = 512;
+constexpr int64_t kWideCols = 1024;
+constexpr int64_t kLongTileBytes = int64_t(4) << 20;
 
 const char* op_name(bool log, Direction d) {
   if (d == Direction::Fwd) return log ? "log_softmax" : "softmax";
@@ -66,9 +63,10 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 
 // CPU plan. One path per (op, direction, inner == 1 or not), 64-bit indices.
 // Worked example, softmax forward float32 over dim 1 of [32, 1000, 4096]:
-// inner = 4096 > 1: spatial; W = 512 KiB / (4 B * 1000) = 131 -> 128 (multiple of
-// 16): 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile (500
-// KiB). Over dim -1 of [16384, 4096]: lastdim, blocks of 16 KiB / 4 B = 4096.
+// inner = 4096 > 1: spatial; D = 1000 > 512: W = 4 MiB / (4 B * 1000) = 1048 ->
+// 1024 (a multiple of 16, at most 1024): 32 outer indices x 4 tiles = 128 work
+// items of a [1000, 1024] tile. Over dim 1 of [64, 256, 56, 56]: W = 128. Over
+// dim -1 of [16384, 4096]: lastdim, blocks of 16 KiB / 4 B = 4096.
 Plan plan_softmax(const SoftmaxProblem& p) {
 #ifdef SEGRED_WITH_CUDA
   // CUDA plan: the pure work split of src/core/softmax_geometry.h (lastdim_warp,
@@ -101,9 +99,11 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
   } else {
-    const int64_t arrays = fwd ? 1 : 2;  // backward keeps g and y of the tile
-    int64_t w = kL2Tile / es / arrays / std::max<int64_t>(1, p.dim_size);
-    w = std::clamp<int64_t>(w / 16 * 16, kMinCols, kMaxCols);
+    int64_t w = kTileCols;
+    if (p.dim_size > kLongDim) {
+      const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
+      w = fwd ? std::clamp<int64_t>(kLongTileBytes / acc / p.dim_size / 16 * 16, kTileCols, kWideCols) : kWideCols;
+    }
     plan.chunk = std::min(w, p.inner);
   }
   return plan;

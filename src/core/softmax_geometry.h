@@ -7,15 +7,17 @@
 //   lastdim_warp   inner == 1, D <= 32*EV: a group of `lanes` lanes (a power of
 //                  two <= 32) per row, the row in registers (EV elements per lane,
 //                  16-byte vectors along D when D % V == 0), shuffles only.
-//   lastdim_block  inner == 1, D > 32*EV: a block of `tx` threads per row, or a
-//                  thread-block cluster of `cluster` blocks per row (partials
+//   lastdim_block  inner == 1, D > 32*EV: a block of `tx` <= 512 threads per
+//                  row (1024 only when a resident row needs more than 16 x 512),
+//                  or a thread-block cluster of `cluster` blocks per row (partials
 //                  exchanged through distributed shared memory), the row in
 //                  registers when D <= cluster*tx*EV (read once: "resident"), else
 //                  `chunks` passes: online max/sum, then a second read (from L2)
 //                  for the write.
 //   spatial        inner > 1: a block of [ty x tx] threads owns a tile of tx*V
-//                  consecutive columns (V = 16-byte vectors along inner when
-//                  inner % V == 0), ty threads (and `cluster` blocks) split D; the
+//                  consecutive columns (V-element vectors along inner when
+//                  inner % V == 0: 16 bytes, 8 for 16-bit types, see
+//                  softmax_vec_elems), ty threads (and `cluster` blocks) split D; the
 //                  [D x tile] block of the input stays in registers when it fits
 //                  (resident), else `chunks` online passes plus a re-read. Loads
 //                  run along inner, so a warp reads whole 32-byte sectors.
@@ -25,10 +27,13 @@
 // Worked examples (H200, sm_count 132):
 //   [16384, 4096] fp32 dim -1: lastdim_block, V=4, tx=256 (256*16 = 4096), 1
 //     block per row, grid 16384, resident: one read, one write, one exp/element.
+//   [2048, 65536] fp32 dim -1: lastdim_block, tx=512, cluster=8 (8*512*16 =
+//     65536), two blocks per SM.
 //   [64, 262144] fp32 dim -1: lastdim_block, tx=1024, cluster=16 (16*1024*16 =
-//     262144): 1024 blocks fill 132 SMs, the row stays on chip.
-//   [64, 256, 56, 56] fp16 dim 1: spatial, V=8, E=2 rows/thread, ty=128, tx=4:
-//     a [256 x 32] tile per 512-thread block, 6272 blocks.
+//     262144; 512-thread blocks would need 32): 1024 blocks fill 132 SMs, the
+//     row stays on chip.
+//   [64, 256, 56, 56] fp16 dim 1: spatial, V=4 (8 bytes), E=4 rows/thread,
+//     ty=64, tx=8: a [256 x 32] tile per 512-thread block, 6272 blocks.
 //   [8192, 8192] fp32 dim 0: spatial, V=4, tx=2 (8 columns), ty=256, cluster=8
 //     (8*256*4 = 8192 rows): 512 tiles x 8 blocks, resident.
 //
@@ -105,7 +110,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   while (max_threads * 2 <= std::min(1024, p.max_threads)) max_threads *= 2;
   const int max_cluster = std::clamp(p.max_cluster, 1, 16);
   g.ev = es == 8 ? 8 : 16;
-  const int v16 = aligned ? 16 / es : 1;
+  const int v16 = aligned ? softmax_vec_elems(SoftmaxKernel::Warp, es) : 1;  // last dim: 16 bytes
   g.index_bits = (2 * numel + kSoftmaxIndexSlack < (int64_t(1) << 31)) && !softmax_force_index64() ? 32 : 64;
   if (p.inner == 1) {
     g.vec = (D % v16 == 0) ? v16 : 1;
@@ -123,19 +128,26 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
     g.kernel = SoftmaxKernel::Block;
     g.work = p.outer;
     const int64_t need = ceil_div(D, per);  // threads that hold the whole row
-    if (need <= max_threads) {
-      g.tx = int(std::max<int64_t>(64, pow2_ceil(need)));
-      g.tx = std::min(g.tx, max_threads);
+    // Blocks of at most 512 threads: at 64 registers two share an SM, so one
+    // block's loads overlap the other's reduction (a 1024-thread block fills the
+    // register file alone: v2's [2048, 65536] forward at 26-44% of copy). 1024
+    // only when a resident row needs more than 16 blocks of 512.
+    const int bt = std::min(512, max_threads);
+    const int64_t c_bt = pow2_ceil(ceil_div(need, bt));
+    const int64_t c_max = pow2_ceil(ceil_div(need, max_threads));
+    if (need <= bt) {
+      g.tx = int(std::min<int64_t>(std::max<int64_t>(64, pow2_ceil(need)), bt));
       g.cluster = 1;
-    } else {
+    } else if (c_bt <= max_cluster) {
+      g.tx = bt;
+      g.cluster = int(c_bt);
+    } else if (c_max <= max_cluster) {
       g.tx = max_threads;
-      const int64_t c = pow2_ceil(ceil_div(need, max_threads));
-      if (c <= max_cluster) {
-        g.cluster = int(c);
-      } else {
-        g.cluster = std::min(8, max_cluster);
-        g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
-      }
+      g.cluster = int(c_max);
+    } else {
+      g.tx = bt;
+      g.cluster = std::min(8, max_cluster);
+      g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
     }
     // Few long rows: spread a row over more blocks (same capacity) until the
     // rows fill the GPU.
@@ -154,7 +166,8 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   // more than the 64 registers a 1024-thread block allows)
   g.kernel = SoftmaxKernel::Spatial;
   max_threads = std::min(max_threads, 512);
-  g.vec = (p.inner % v16 == 0) ? v16 : 1;
+  const int vs = aligned ? softmax_vec_elems(SoftmaxKernel::Spatial, es) : 1;
+  g.vec = (p.inner % vs == 0) ? vs : 1;
   const int64_t E = g.ev / g.vec;  // rows per thread
   const int64_t ncols = p.outer * p.inner;
   const int seg = g.vec * es;                       // bytes per thread per row

@@ -3,7 +3,7 @@
 // dtype.h's to_float/to_half are exact but branchy (a loop for subnormals), which
 // keeps every loop that calls them scalar. These give the same values (exact
 // widening; round-to-nearest-even narrowing, subnormals and overflow to inf
-// included; every NaN becomes the quiet NaN 0x7e00 with its sign) using only
+// included; a NaN stays quiet, with its sign and top payload bits) using only
 // integer masks and one float add, so loops over them vectorise. Checked against
 // dtype.h on every half value and on float sweeps in tests/cpp/test_softmax.cpp.
 // After F. Giesen's half_to_float_fast5 / float_to_half_fast3_rtne (public domain).
@@ -48,7 +48,8 @@ inline half_t float_to_half_vec(float x) {
   uint32_t sb;
   std::memcpy(&sb, &fa, 4);
   const uint32_t subnormal = sb - 0x3f000000u;
-  const uint32_t special = f > 0x7f800000u ? 0x7e00u : 0x7c00u;  // nan : inf (and overflow)
+  // NaN: quiet, the top payload bits kept (as dtype.h and F16C); inf and overflow: inf.
+  const uint32_t special = f > 0x7f800000u ? 0x7e00u | ((f >> 13) & 0x3ffu) : 0x7c00u;
   uint32_t o = f >= 0x47800000u ? special : (f < 0x38800000u ? subnormal : normal);
   o |= sign >> 16;
   return half_t{uint16_t(o)};

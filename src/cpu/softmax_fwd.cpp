@@ -1,84 +1,106 @@
-// Before every include, so that every function of this file (the inline exp of
-// src/ops/softmax_ops.h included) is compiled alike and still inlines: GCC keeps
-// the range clamps of the polynomial exp as branches under its default
-// -ftrapping-math, which leaves every exp loop scalar (measured 8x slower). No
-// code here relies on floating-point exception flags. (Clang's default already.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
-// softmax / log_softmax forward on the CPU.
+// softmax / log_softmax forward on the CPU; the kernels are in
+// softmax_fwd_kernels.inc, their vector layer in softmax_vec_kernels.inc, built
+// once per instruction set (softmax_isa_kernels.inc), picked per call.
 //
 // Paths (src/core/registry.cpp; log_softmax has the same two under its own op name):
-//   softmax.fwd.cpu.lastdim.i64   inner == 1. A row is D contiguous values. It is
-//       read in blocks of plan.chunk values: block max (16 NaN-propagating lanes),
-//       then the block's sum of exp against the running max, read again from L1,
-//       merged into the running (m, s) (src/ops/softmax_ops.h). A final pass
-//       writes y = epilogue(x, m, s), reading the row from L2 when it fits there.
-//       Memory traffic: one read and one write of the tensor for rows up to L2
-//       size, two reads and one write beyond.
-//   softmax.fwd.cpu.spatial.i64   inner > 1. A row is a column, `inner` apart. A
-//       work item is one outer index and a tile of W = plan.chunk columns: the
-//       statistics of the W columns are kept in arrays and every inner loop runs
-//       along the W contiguous columns (vectorised, streaming). The [D, W] tile
-//       is read in blocks of R rows (R * W values ~ 16 KiB, in L1 for the block's
-//       second read; the block's sum of exp is formed apart and then added, so a
-//       long column is a sum of block sums) for the statistics, then once more to write the result (from
-//       L2 when D * W values fit there; plan_softmax sizes W for that).
-// Both: OpenMP over rows / work items, static schedule; the reduction order is a
-// function of D, W and plan.chunk only, so results are deterministic.
-#include <algorithm>
-#include <vector>
+//   softmax.fwd.cpu.lastdim.i64   inner == 1: a row is D contiguous values, reduced
+//       in blocks of plan.chunk values (max, then exps), written in one more pass.
+//   softmax.fwd.cpu.spatial.i64   inner > 1: a work item is one outer index and a
+//       tile of W = plan.chunk columns, the reduced values of a column `inner`
+//       apart; every inner loop runs along the W contiguous columns.
+// Both take one exp per element (softmax keeps the exps in a per-thread buffer
+// and rescales per block at the end), read x once from memory and write y once
+// (streaming stores for large calls; the second read of x, log_softmax, is from
+// L2 when the row / tile fits there). OpenMP over rows / work items, static
+// schedule; the reduction order is a function of D, W and plan.chunk only, so
+// results are deterministic.
+#include "src/cpu/softmax_isa.h"  // first: its compiler settings apply to every include
 
-#include "segred/trace.h"
-#include "src/core/dispatch.h"
-#include "src/cpu/half_convert.h"
-#include "src/cpu/softmax_kernels.h"
-#include "src/ops/softmax_ops.h"
+#include <omp.h>
+#include <unistd.h>
 
 namespace segred::cpu {
 namespace {
 
-// The kernels, compiled twice: for the build's baseline (x86-64: SSE2) and, with
-// GCC on x86-64, for AVX2 + FMA, picked once per process by the CPU's features.
-// The exp polynomial and the conversions are ~25 vector operations per vector, so
-// the 8-wide form with FMA runs them ~2.5x faster (measured 1.87 -> 0.72 ns per
-// float exp in L1); results may differ in the last bit between the two (FMA
-// contraction), never between runs on one machine.
-namespace isa_base {
-#include "src/cpu/softmax_fwd_kernels.inc"
-}  // namespace isa_base
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define SEGRED_SOFTMAX_AVX2 1
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace isa_avx2 {
-#include "src/cpu/softmax_fwd_kernels.inc"
-}  // namespace isa_avx2
-#pragma GCC pop_options
-#endif
+#define SEGRED_SOFTMAX_KERNELS "src/cpu/softmax_fwd_kernels.inc"
+#include "src/cpu/softmax_isa_kernels.inc"
 
 }  // namespace
 
-bool softmax_use_avx2() {
-#ifdef SEGRED_SOFTMAX_AVX2
-  static const bool cpu_has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return cpu_has && softmax_allow_avx2().load(std::memory_order_relaxed);
+const char* softmax_isa_name(SoftmaxIsa isa) {
+  switch (isa) {
+    case SoftmaxIsa::Avx512: return "avx512";
+    case SoftmaxIsa::Avx2: return "avx2";
+    default: return "baseline";
+  }
+}
+
+SoftmaxIsa softmax_best_isa() {
+#ifdef SEGRED_SOFTMAX_X86
+  static const SoftmaxIsa best = [] {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    return avx2 && avx512 ? SoftmaxIsa::Avx512 : avx2 ? SoftmaxIsa::Avx2 : SoftmaxIsa::Baseline;
+  }();
+  return best;
 #else
-  return false;
+  return SoftmaxIsa::Baseline;
 #endif
+}
+
+std::atomic<int>& softmax_isa_cap() {
+  static std::atomic<int> cap{int(SoftmaxIsa::Avx512)};
+  return cap;
+}
+
+SoftmaxIsa softmax_isa() {
+  return SoftmaxIsa(std::min(int(softmax_best_isa()), softmax_isa_cap().load(std::memory_order_relaxed)));
+}
+
+std::atomic<int>& softmax_stream_mode() {
+  static std::atomic<int> mode{0};
+  return mode;
+}
+
+bool softmax_stream_output(int64_t bytes_moved) {
+  const int mode = softmax_stream_mode().load(std::memory_order_relaxed);
+  if (mode != 0) return mode == 2;
+  static const int64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  static const int64_t llc = [] {
+    long v = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    return v > 0 ? int64_t(v) : int64_t(32) << 20;  // unknown: assume 32 MiB
+  }();
+  const int64_t threads = std::clamp<int64_t>(omp_get_max_threads(), 1, cpus);
+  return bytes_moved > llc / cpus * threads;
+}
+
+void softmax_widen(SoftmaxIsa isa, const half_t* in, float* out, int64_t n) { SEGRED_SOFTMAX_ON_ISA(isa, widen(in, out, n)) }
+void softmax_widen(SoftmaxIsa isa, const bfloat16_t* in, float* out, int64_t n) {
+  SEGRED_SOFTMAX_ON_ISA(isa, widen(in, out, n))
+}
+void softmax_narrow(SoftmaxIsa isa, const float* in, half_t* out, int64_t n) { SEGRED_SOFTMAX_ON_ISA(isa, narrow(in, out, n)) }
+void softmax_narrow(SoftmaxIsa isa, const float* in, bfloat16_t* out, int64_t n) {
+  SEGRED_SOFTMAX_ON_ISA(isa, narrow(in, out, n))
+}
+
+void softmax_vec_math(SoftmaxIsa isa, bool log, const float* in, float* out, int64_t n) {
+  SEGRED_SOFTMAX_ON_ISA(isa, vec_math(log, in, out, n))
 }
 
 void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x, const TensorView& out) {
   detail::record_launch(plan.path);
   const bool last = plan.path.find(".lastdim.") != std::string_view::npos;
+  const bool stream = softmax_stream_output(2 * x.numel() * dtype_size(x.dtype));
+  const SoftmaxIsa isa = softmax_isa();
   SEGRED_DISPATCH_FLOAT(x.dtype, T, [&] {
     const T* xp = x.ptr<const T>();
     T* yp = out.ptr<T>();
-#ifdef SEGRED_SOFTMAX_AVX2
-    if (softmax_use_avx2()) return isa_avx2::run<T>(plan, p, xp, yp, last);
-#endif
-    isa_base::run<T>(plan, p, xp, yp, last);
+    SEGRED_SOFTMAX_ON_ISA(isa, run<T>(plan, p, xp, yp, last, stream))
   });
 }
 

@@ -3,24 +3,50 @@
 // and fully written. p.log selects log_softmax; plan.path says which path runs.
 #pragma once
 #include <atomic>
+#include <cstdint>
 
+#include "segred/dtype.h"
 #include "segred/plan.h"
 #include "segred/softmax.h"
 #include "segred/tensor.h"
+
+// GCC on x86-64: the kernels are also built for AVX2 and AVX-512 (src/cpu/softmax_isa_kernels.inc).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define SEGRED_SOFTMAX_X86 1
+#endif
 
 namespace segred::cpu {
 
 void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x, const TensorView& out);
 
-// The kernels are built for the baseline ISA and, on x86-64 with GCC, for AVX2 +
-// FMA, chosen by the CPU's features. Tests set this to false to run the baseline
-// kernels on an AVX2 machine too (defined in src/core/softmax.cpp).
-std::atomic<bool>& softmax_allow_avx2();
-// The one dispatch decision both directions use: AVX2 + FMA kernels were built,
-// the CPU has them, and softmax_allow_avx2() is true (defined in softmax_fwd.cpp).
-bool softmax_use_avx2();
-
 void softmax_bwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& grad, const TensorView& output,
                  const TensorView& grad_input);
+
+// The builds of the kernels: the baseline ISA (x86-64: SSE2), AVX2 + FMA + F16C,
+// AVX-512 (F, BW, VL, DQ); the last two with GCC on x86-64 only.
+enum class SoftmaxIsa : int { Baseline = 0, Avx2 = 1, Avx512 = 2 };
+const char* softmax_isa_name(SoftmaxIsa isa);
+// The best build this CPU can run (and this compiler built).
+SoftmaxIsa softmax_best_isa();
+// The kernels run min(softmax_best_isa(), cap); tests lower the cap to run the
+// other builds on this machine too (default: no cap).
+std::atomic<int>& softmax_isa_cap();
+SoftmaxIsa softmax_isa();
+
+// Streaming (non-temporal) stores for outputs that are written once: mode 0 (the
+// default) streams when the call moves more bytes than the last-level cache share
+// of its threads (the output would leave the cache before anyone reads it), 1
+// never, 2 always (tests force both).
+std::atomic<int>& softmax_stream_mode();
+bool softmax_stream_output(int64_t bytes_moved);
+
+// Test hooks: n values through the kernels' vector loads (widen) and stores
+// (narrow) of the given build, whole vectors and a partial last one.
+void softmax_widen(SoftmaxIsa isa, const half_t* in, float* out, int64_t n);
+void softmax_widen(SoftmaxIsa isa, const bfloat16_t* in, float* out, int64_t n);
+void softmax_narrow(SoftmaxIsa isa, const float* in, half_t* out, int64_t n);
+void softmax_narrow(SoftmaxIsa isa, const float* in, bfloat16_t* out, int64_t n);
+// The kernels' float exp (log with log = true) of the given build on n values.
+void softmax_vec_math(SoftmaxIsa isa, bool log, const float* in, float* out, int64_t n);
 
 }  // namespace segred::cpu

@@ -37,6 +37,18 @@ void cuda_copy(void* dst, const void* src, size_t bytes) {
   SEGRED_CHECK(e == cudaSuccess, DeviceError, "Tensor::to: cudaMemcpy of ", bytes, " bytes failed: ",
                cudaGetErrorString(e));
 }
+
+int64_t cuda_free_bytes(int device) {
+  int prev = 0;
+  cudaGetDevice(&prev);
+  size_t free_b = 0, total = 0;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+    cudaGetLastError();
+    free_b = 0;
+  }
+  cudaSetDevice(prev);
+  return int64_t(free_b);
+}
 }  // namespace detail
 
 }  // namespace segred

@@ -11,13 +11,16 @@
 //                    segment ids, monotone across lanes) joins the lanes' partials.
 //   feat_reduce      inner > 1. A group of G lanes walks `kFeatItems` merge items;
 //                    each position is one vector load per lane (V features).
-//   fixup_short/long the segments that cross tile edges: every tile leaves a carry
-//                    (partial of the segment open at its end) and, when it completes
-//                    a segment that began in an earlier tile, a head partial. The tile
-//                    that completes such a segment combines carries of the tiles it
-//                    spans, in tile order, and its head: one thread when <= 32 tiles,
-//                    else one block (a list built with an integer atomic; each entry's
-//                    result does not depend on the list order).
+//   fixup            the segments that cross tile edges (one cooperative launch):
+//                    every tile leaves a carry (partial of the segment open at its
+//                    end) and, when it completes a segment that began in an earlier
+//                    tile, a head partial. Phase 1: one lane group per tile (one lane
+//                    when inner == 1, else up to a warp over the features) combines the
+//                    carries of the tiles the segment spans, in tile order, and its
+//                    head, when they are <= 32 tiles; longer ones go to a list (an
+//                    integer atomic; each entry's result does not depend on the list
+//                    order). Phase 2 (after grid.sync): one block per listed segment,
+//                    strided carries and a fixed-order tree.
 //   flat_elementwise / feat_elementwise   backward of sum, mean, max, min: the same
 //                    walk, writing every position's gradient (ghost positions 0).
 //   prod_bwd_warp    backward of prod: one warp per (segment, 32 features):
@@ -29,6 +32,8 @@
 // Every reduction order depends only on the problem shape: results are bitwise
 // reproducible. No float atomics anywhere.
 #pragma once
+#include <cooperative_groups.h>
+
 #include <cstdint>
 #include <limits>
 
@@ -38,7 +43,7 @@
 
 namespace segred::cuda {
 
-constexpr int kShortFix = 32;  // crossing segments spanning more tiles go to fixup_long
+constexpr int kShortFix = 32;  // crossing segments spanning more tiles go to phase 2 of fixup
 constexpr unsigned kFull = 0xffffffffu;
 
 // Merge segment v -> output row*S + s, or false for a ghost (segment_geometry.h).
@@ -49,7 +54,7 @@ struct SegMap {
   __device__ __forceinline__ bool real(Idx v, Idx& o) const {
     if (v <= 0 || v >= U) return false;
     const Idx u = v - 1;
-    const Idx r = u / (S + 1);
+    const Idx r = u < S + 1 ? Idx(0) : u / (S + 1);  // no division in row 0 (every 1-row call)
     const Idx s = u - r * (S + 1);
     if (s == S) return false;
     o = r * S + s;
@@ -58,9 +63,10 @@ struct SegMap {
 };
 
 // Merge-path search (CUB's MergePathSearch with b = 0, 1, 2, ...): the split of
-// diagonal d into i segment ends and j positions. ends[v] = end of segment v.
-template <class Idx, class E>
-__device__ __forceinline__ void merge_search_range(const E* ends, Idx d, Idx lo, Idx hi, Idx& i, Idx& j) {
+// diagonal d into i segment ends and j positions. ends[v] = end of segment v;
+// `ends` is a pointer or any type with operator[] (CgRead below).
+template <class Idx, class P>
+__device__ __forceinline__ void merge_search_range(const P& ends, Idx d, Idx lo, Idx hi, Idx& i, Idx& j) {
   while (lo < hi) {
     const Idx mid = lo + (hi - lo) / 2;
     if (Idx(ends[mid]) <= d - mid - 1)
@@ -72,8 +78,8 @@ __device__ __forceinline__ void merge_search_range(const E* ends, Idx d, Idx lo,
   j = d - lo;
 }
 
-template <class Idx, class E>
-__device__ __forceinline__ void merge_search(const E* ends, Idx nseg, Idx nel, Idx d, Idx& i, Idx& j) {
+template <class Idx, class P>
+__device__ __forceinline__ void merge_search(const P& ends, Idx nseg, Idx nel, Idx d, Idx& i, Idx& j) {
   merge_search_range(ends, d, d > nel ? d - nel : Idx(0), d < nseg ? d : nseg, i, j);
 }
 
@@ -82,8 +88,8 @@ __device__ __forceinline__ void merge_search(const E* ends, Idx nseg, Idx nel, I
 // 32 finds its start in ~4 dependent loads instead of ~21 (a binary search over
 // global memory is latency, not bandwidth, and every tile pays it). Skewed
 // distributions cost at most ~2x the binary search's depth.
-template <class Idx, class E>
-__device__ __forceinline__ void merge_search_global(const E* ends, Idx nseg, Idx nel, Idx d, Idx& i, Idx& j) {
+template <class Idx, class P>
+__device__ __forceinline__ void merge_search_global(const P& ends, Idx nseg, Idx nel, Idx d, Idx& i, Idx& j) {
   Idx lo = d > nel ? d - nel : Idx(0);
   Idx hi = d < nseg ? d : nseg;
   if (lo < hi) {
@@ -263,17 +269,25 @@ constexpr size_t flat_smem_per_warp() {
   return (size_t(kTilePadded<Raw>) * sizeof(Raw) + size_t(kTile<Raw> + 1) * sizeof(int16_t) + 15) / 16 * 16;
 }
 
-// Tile w's start in the merge space, for w in [0, W] (W + 1 boundaries): one
-// thread each, so the main kernels read their coordinates instead of searching.
-template <class Idx>
-__global__ void __launch_bounds__(256) partition(const Idx* __restrict__ q, Idx nseg, Idx nel, Idx W, Idx items,
-                                                 Idx* __restrict__ tile_i, Idx* __restrict__ tile_j) {
-  const Idx w = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x);
-  if (w > W) return;
-  const Idx total = nseg + nel;
-  const Idx d = w * items < total ? w * items : total;
+// Global loads that bypass L1: for data another block wrote earlier in the same
+// (cooperative) kernel, read after a grid.sync.
+template <class T>
+struct CgRead {
+  const T* p;
+  __device__ __forceinline__ T operator[](int64_t k) const { return __ldcg(p + k); }
+};
+
+// Tile w's start in the merge space (w in [0, W], W + 1 boundaries), so the main
+// kernels read their coordinates instead of searching. `q` as in
+// segment_geometry.h; run by the prepare kernel (src/cuda/segment_reduce.cu)
+// after it has written q.
+template <class Idx, class Q>
+__device__ __forceinline__ void partition_tile(const Q& q1, Idx nseg, Idx nel, int64_t w, int64_t items,
+                                               Idx* tile_i, Idx* tile_j) {
+  const int64_t total = int64_t(nseg) + int64_t(nel);
+  const Idx d = Idx(w * items < total ? w * items : total);
   Idx i, j;
-  merge_search_global(q + 1, nseg, nel, d, i, j);
+  merge_search_global(q1, nseg, nel, d, i, j);  // q1[v] = q[v + 1]: the end of segment v
   tile_i[w] = i;
   tile_j[w] = j;
 }
@@ -547,74 +561,67 @@ __global__ void __launch_bounds__(256) feat_elementwise(Fn fn, const typename Fn
 
 // ---------------------------------------------------------------- fix-up
 
+// The first tile whose carry belongs to segment t (t crosses into a later tile):
+// the tile holding merge item t - 1 + q[t] (the end of segment t - 1), since
+// merge item m + q[m + 1] is the end of segment m. Equal to the first k >= 1
+// with tile_i[k] >= t, minus one (v3 searched tile_i for it).
 template <class Idx>
-__device__ __forceinline__ Idx first_carry_tile(const Idx* tile_i, Idx w, Idx t) {
-  // First k in [1, w] with tile_i[k] >= t; the carries for t are tiles [k-1, w).
-  Idx lo = 1, hi = w;
-  while (lo < hi) {
-    const Idx mid = lo + (hi - lo) / 2;
-    if (tile_i[mid] < t)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo - 1;
+__device__ __forceinline__ Idx first_carry_tile(const Idx* q, Idx t, Idx items) {
+  return t == 0 ? Idx(0) : (t - 1 + q[t]) / items;
 }
 
+// Cooperative launch, blockDim 256; FX lanes per tile in phase 1 (a power of two
+// <= 32; 1 when inner == 1). *long_count is 0 at entry (the prepare kernel).
 template <class Fn, class Idx>
-__global__ void __launch_bounds__(256) fixup_short(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
-                                                   const Idx* __restrict__ tile_j, Idx W, Idx nseg, Idx inner,
-                                                   const typename Fn::A* __restrict__ carry,
-                                                   const typename Fn::A* __restrict__ head, Idx* long_list,
-                                                   unsigned* long_count) {
-  using A = typename Fn::A;
-  const Idx id = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x);
-  if (id >= W * inner) return;
-  const Idx w = id / inner, f = id - w * inner;
-  const Idx t = tile_i[w];
-  const Idx next = tile_i[w + 1];  // W + 1 boundaries
-  if (!(next > t && q[t] < tile_j[w])) return;
-  const Idx w0 = first_carry_tile(tile_i, w, t);
-  if (w - w0 > kShortFix) {
-    if (f == 0) long_list[atomicAdd(long_count, 1u)] = w;
-    return;
-  }
-  A acc = fn.identity();
-  for (Idx p = w0; p < w; ++p) acc = fn.combine(acc, carry[p * inner + f]);
-  fn.finish(t, f, fn.combine(acc, head[w * inner + f]));
-}
-
-// One block of 256 threads per long crossing segment: lanes x features (32, or 1
-// when inner == 1) by strided carries, then a fixed-order tree in shared memory.
-template <class Fn, class Idx>
-__global__ void __launch_bounds__(256) fixup_long(Fn fn, const Idx* __restrict__ tile_i, Idx inner,
-                                                  const typename Fn::A* __restrict__ carry,
-                                                  const typename Fn::A* __restrict__ head,
-                                                  const Idx* __restrict__ long_list,
-                                                  const unsigned* __restrict__ long_count) {
+__global__ void __launch_bounds__(256) fixup(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                             const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner, int FX,
+                                             const typename Fn::A* __restrict__ carry,
+                                             const typename Fn::A* __restrict__ head, Idx* long_list,
+                                             unsigned* long_count) {
   using A = typename Fn::A;
   __shared__ A sh[256];
-  if (blockIdx.x >= *long_count) return;
-  const Idx w = long_list[blockIdx.x];
-  const Idx t = tile_i[w];
-  const Idx w0 = first_carry_tile(tile_i, w, t);
-  const Idx cnt = w - w0;
-  const int FX = inner == 1 ? 1 : 32;
-  const int CY = 256 / FX;
-  const int fx = threadIdx.x % FX, cy = threadIdx.x / FX;
-  for (Idx f0 = 0; f0 < inner; f0 += FX) {
-    const Idx f = f0 + fx;
-    A acc = fn.identity();
-    if (f < inner)
-      for (Idx p = cy; p < cnt; p += CY) acc = fn.combine(acc, carry[(w0 + p) * inner + f]);
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = CY / 2; s > 0; s >>= 1) {
-      if (cy < s) sh[cy * FX + fx] = fn.combine(sh[cy * FX + fx], sh[(cy + s) * FX + fx]);
+  const int lane = int(threadIdx.x) & (FX - 1);
+  const Idx groups = Idx(gridDim.x) * Idx(blockDim.x / FX);
+  for (Idx w = (Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x)) / FX; w < W; w += groups) {
+    const Idx t = tile_i[w];
+    if (!(tile_i[w + 1] > t && q[t] < tile_j[w])) continue;  // no crossing segment completes in w
+    const Idx w0 = first_carry_tile(q, t, items);
+    if (w - w0 > kShortFix) {
+      if (lane == 0) long_list[atomicAdd(long_count, 1u)] = w;
+      continue;
+    }
+    for (Idx f = lane; f < inner; f += FX) {
+      A acc = fn.identity();
+      for (Idx p = w0; p < w; ++p) acc = fn.combine(acc, carry[p * inner + f]);
+      fn.finish(t, f, fn.combine(acc, head[w * inner + f]));
+    }
+  }
+  cooperative_groups::this_grid().sync();
+  // Phase 2: one block per long crossing segment: lanes x features (32, or 1 when
+  // inner == 1) by strided carries, then a fixed-order tree in shared memory.
+  const unsigned nlong = __ldcg(long_count);
+  const int FY = inner == 1 ? 1 : 32;
+  const int CY = 256 / FY;
+  const int fx = int(threadIdx.x) % FY, cy = int(threadIdx.x) / FY;
+  for (unsigned e = blockIdx.x; e < nlong; e += gridDim.x) {
+    const Idx w = __ldcg(long_list + e);
+    const Idx t = tile_i[w];
+    const Idx w0 = first_carry_tile(q, t, items);
+    const Idx cnt = w - w0;
+    for (Idx f0 = 0; f0 < inner; f0 += FY) {
+      const Idx f = f0 + fx;
+      A acc = fn.identity();
+      if (f < inner)
+        for (Idx p = cy; p < cnt; p += CY) acc = fn.combine(acc, carry[(w0 + p) * inner + f]);
+      sh[threadIdx.x] = acc;
+      __syncthreads();
+      for (int s = CY / 2; s > 0; s >>= 1) {
+        if (cy < s) sh[cy * FY + fx] = fn.combine(sh[cy * FY + fx], sh[(cy + s) * FY + fx]);
+        __syncthreads();
+      }
+      if (cy == 0 && f < inner) fn.finish(t, f, fn.combine(sh[fx], head[w * inner + f]));
       __syncthreads();
     }
-    if (cy == 0 && f < inner) fn.finish(t, f, fn.combine(sh[fx], head[w * inner + f]));
-    __syncthreads();
   }
 }
 

@@ -1,23 +1,38 @@
-// segment_reduce on CUDA: metadata on the device -> the merge space q, strided
-// inputs -> contiguous copies, then the (dtype, index width) instantiation.
+// segment_reduce on CUDA: metadata on the device -> the merge space q and the
+// tile partition (one cooperative "prepare" kernel), strided inputs ->
+// contiguous copies, then the (dtype, index width) instantiation.
 //
 // Metadata validation (SEMANTICS.md). unsafe = false: the metadata is copied to
 // the host (one cudaMemcpy and a stream synchronisation: the documented cost of
 // validation) and checked by the CPU backend's own normalise_offsets, so the
-// rules and messages are the same on every backend; the clamped offsets then go
-// back to the device as q. unsafe = true: nothing is synchronised; q is built on
-// the device by one CUB scan over (row, value) pairs that reproduces the host
+// rules and messages are the same on every backend. Either way q is then built
+// on the device from the raw metadata by prepare, which reproduces the host
 // clamping exactly (lengths: saturating running sum of clamp(len, 0, L);
-// offsets: running max of clamp(off, 0, L)), so every segment lies in [0, L]
-// whatever the metadata holds.
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
+// offsets: running max of clamp(off, 0, L), which equals the CPU's
+// o[i+1] = clamp(in[i+1], o[i], L)), so every segment lies in [0, L] whatever the
+// metadata holds; for validated metadata the clamp changes nothing.
+//
+// prepare (cooperative launch, grid-stride, any grid size; phases separated by
+// grid.sync):
+//   1. the first `scan blocks` each reduce a contiguous range of the metadata
+//      items (row-major, outer x k) with the segmented operator ScanOp: their
+//      aggregates;
+//   2. each of them scans its range again, starting from the reduction of the
+//      earlier blocks' aggregates, and writes q directly (row bases added, ghost
+//      entries included); lengths rows get their leading 0; q[0], q[U] and the
+//      fix-up counter are set;
+//   3. the W + 1 tile boundaries of the merge space (partition_tile), when the
+//      call has tiles (every path but the prod backward).
+// All of it is integer arithmetic: any bracketing of the operator gives the
+// same q, so the result is deterministic.
+#include <cooperative_groups.h>
 
-#include <cub/device/device_scan.cuh>
+#include <cub/block/block_scan.cuh>
 #include <vector>
 
 #include "src/core/segment_geometry.h"
 #include "src/cuda/kernels.h"
+#include "src/cuda/merge_space.cuh"
 #include "src/cuda/segment_reduce_impl.cuh"
 
 namespace segred::cuda {
@@ -78,82 +93,136 @@ struct MetaReader {
   }
 };
 
+// Scan element: (row, clamped value); row -1 is the empty element, a two-sided
+// identity (padding of partial tiles, blocks without items).
 struct KV {
-  int64_t k, v;  // row, value
+  int64_t k, v;
 };
 
-// Segmented (by row) scan operator; associative for values in [0, L].
-struct KVOp {
+// Segmented (by row) operator: within a row, saturating sum (lengths) or max
+// (offsets) of values in [0, L]; a new row restarts. Associative on sequences
+// whose rows do not decrease (the metadata in row-major order).
+struct ScanOp {
   int64_t L;
   bool sum;
   __host__ __device__ KV operator()(const KV& a, const KV& b) const {
+    if (b.k < 0) return a;
     if (a.k != b.k) return b;
     const int64_t v = sum ? (a.v + b.v < L ? a.v + b.v : L) : (a.v > b.v ? a.v : b.v);
     return KV{b.k, v};
   }
 };
 
-struct MetaIn {
-  MetaReader m;
-  int64_t k, L;
-  __host__ __device__ KV operator()(int64_t i) const {
-    const int64_t r = i / k, c = i - r * k;
-    int64_t v = m.read(r, c);
-    v = v < 0 ? 0 : (v > L ? L : v);
-    return KV{r, v};
-  }
-};
+constexpr int kPrepBlock = 256;
+constexpr int kPrepIpt = 4;                              // items per thread per block scan
+constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block scan
+constexpr int64_t kPrepItemsPerBlock = 4 * kPrepTile;    // target metadata items per scan block
 
-// Plain (one row, or row-banded) forms: one int64 per item, half the traffic of KV.
-struct SatSum {
-  int64_t L;
-  __host__ __device__ int64_t operator()(int64_t a, int64_t b) const { return a + b < L ? a + b : L; }
-};
-struct MaxOp {
-  __host__ __device__ int64_t operator()(int64_t a, int64_t b) const { return a > b ? a : b; }
-};
-// lengths of a single row: clamp(len, 0, L).
-struct RowIn {
-  MetaReader m;
-  int64_t L;
-  __host__ __device__ int64_t operator()(int64_t i) const {
-    const int64_t v = m.read(0, i);
-    return v < 0 ? int64_t(0) : (v > L ? L : v);
-  }
-};
-// offsets: clamp(off, 0, L) + r * (L + 1). Rows occupy disjoint increasing bands,
-// so one global running max is each row's running max (minus its band base).
-struct BandedIn {
-  MetaReader m;
-  int64_t k, L;
-  __host__ __device__ int64_t operator()(int64_t i) const {
-    const int64_t r = i / k, c = i - r * k;
-    int64_t v = m.read(r, c);
-    v = v < 0 ? 0 : (v > L ? L : v);
-    return v + r * (L + 1);
-  }
-};
-
-// mode 0: kv (lengths, batched); 1: plain saturating sums (lengths, one row);
-// 2: banded running max (offsets).
 template <class Idx>
-__global__ void write_q(Idx* q, const KV* kv, const int64_t* plain, int mode, int64_t outer, int64_t S, int64_t L) {
-  const int64_t n = outer * (S + 1);
-  const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (id == 0) {
-    q[0] = 0;
-    q[n + 1] = Idx(outer * L);
+struct PrepArgs {
+  MetaReader m;                  // raw lengths or offsets, any strides
+  int64_t outer = 0, S = 0, L = 0, k = 0;  // k: metadata entries per row (S or S + 1)
+  bool lengths = false;
+  int64_t scan_target = 0;       // scan blocks wanted (agg has room for them)
+  KV* agg = nullptr;
+  Idx* q = nullptr;              // outer * (S + 1) + 2 entries
+  int64_t W = -1, items = 0;     // tiles and merge items per tile; W < 0: no partition
+  Idx nseg = 0, nel = 0;         // U and N of the merge space
+  Idx* tile_i = nullptr;
+  Idx* tile_j = nullptr;
+  unsigned* long_count = nullptr;
+};
+
+template <class Idx>
+__global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
+  using BlockScan = cub::BlockScan<KV, kPrepBlock>;
+  __shared__ typename BlockScan::TempStorage tmp;
+  const ScanOp op{a.L, a.lengths};
+  const KV empty{-1, 0};
+  const int tid = int(threadIdx.x);
+  const int64_t b = blockIdx.x;
+  const int64_t gtid = b * kPrepBlock + tid, gstride = int64_t(gridDim.x) * kPrepBlock;
+  const int64_t items = a.outer * a.k;
+  const int64_t nscan = items > 0 ? (a.scan_target < gridDim.x ? a.scan_target : int64_t(gridDim.x)) : 0;
+  const int64_t per = nscan > 0 ? (items + nscan - 1) / nscan : 0;
+  const int64_t lo = b * per, hi = lo + per < items ? lo + per : items;
+  const bool scanning = b < nscan;
+  // Blocked tile of metadata items [base, base + kPrepTile) within [lo, hi).
+  auto load = [&](int64_t base, KV (&x)[kPrepIpt]) {
+    const int64_t idx = base + tid * kPrepIpt;
+    int64_t r = idx / a.k, c = idx - r * a.k;  // one division per thread; k >= 1 when there are items
+#pragma unroll
+    for (int i = 0; i < kPrepIpt; ++i) {
+      if (idx + i < hi) {
+        const int64_t v = a.m.read(r, c);
+        x[i] = KV{r, v < 0 ? 0 : (v > a.L ? a.L : v)};
+      } else {
+        x[i] = empty;
+      }
+      if (++c == a.k) {
+        c = 0;
+        ++r;
+      }
+    }
+  };
+  auto scan = [&](KV (&x)[kPrepIpt]) {  // in place; returns the tile's aggregate
+    KV agg;
+    BlockScan(tmp).InclusiveScan(x, x, op, agg);
+    __syncthreads();  // tmp is reused
+    return agg;
+  };
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  // 1. aggregates
+  if (scanning) {
+    KV run = empty;
+    for (int64_t base = lo; base < hi; base += kPrepTile) {
+      KV x[kPrepIpt];
+      load(base, x);
+      run = op(run, scan(x));
+    }
+    if (tid == 0) a.agg[b] = run;
   }
-  if (id >= n) return;
-  const int64_t r = id / (S + 1), s = id - r * (S + 1);
-  int64_t v;
-  if (mode == 0)
-    v = s == 0 ? 0 : kv[r * S + s - 1].v;
-  else if (mode == 1)
-    v = s == 0 ? 0 : plain[s - 1];
-  else
-    v = plain[id] - r * (L + 1);
-  q[1 + id] = Idx(r * L + v);
+  grid.sync();
+  // 2. scan with the earlier blocks' prefix, written into q
+  if (scanning) {
+    KV pre = empty;
+    for (int64_t j0 = 0; j0 < b; j0 += kPrepTile) {
+      KV x[kPrepIpt];
+#pragma unroll
+      for (int i = 0; i < kPrepIpt; ++i) {
+        const int64_t j = j0 + tid * kPrepIpt + i;
+        x[i] = j < b ? KV{__ldcg(&a.agg[j].k), __ldcg(&a.agg[j].v)} : empty;
+      }
+      pre = op(pre, scan(x));
+    }
+    const int64_t lead = a.lengths ? 2 : 1;  // lengths entry c is the end of segment c
+    for (int64_t base = lo; base < hi; base += kPrepTile) {
+      KV x[kPrepIpt];
+      load(base, x);
+      const KV t = scan(x);
+#pragma unroll
+      for (int i = 0; i < kPrepIpt; ++i) {
+        const int64_t idx = base + tid * kPrepIpt + i;
+        if (idx < hi) {
+          const KV y = op(pre, x[i]);  // y.k = this item's row
+          a.q[lead + y.k * (a.S + 1) + (idx - y.k * a.k)] = Idx(y.k * a.L + y.v);
+        }
+      }
+      pre = op(pre, t);
+    }
+  }
+  if (a.lengths)
+    for (int64_t r = gtid; r < a.outer; r += gstride) a.q[1 + r * (a.S + 1)] = Idx(r * a.L);
+  if (gtid == 0) {
+    a.q[0] = 0;
+    a.q[a.outer * (a.S + 1) + 1] = Idx(a.outer * a.L);
+    if (a.long_count) *a.long_count = 0;
+  }
+  if (a.W < 0) return;  // uniform over the grid: no grid.sync follows
+  grid.sync();
+  // 3. partition
+  const CgRead<Idx> q1{a.q + 1};
+  for (int64_t w = gtid; w <= a.W; w += gstride) partition_tile(q1, a.nseg, a.nel, w, a.items, a.tile_i, a.tile_j);
 }
 
 template <int ES>
@@ -176,12 +245,14 @@ __global__ void strided_copy(W* dst, const W* src, int64_t n, Strided st) {
 }
 
 struct DeviceGuard {
-  int prev = 0;
-  explicit DeviceGuard(int dev) {
+  int prev = 0, dev = 0;
+  explicit DeviceGuard(int d) : dev(d) {
     cudaGetDevice(&prev);
-    SEGRED_CUDA_CHECK(cudaSetDevice(dev), "segment_reduce: cudaSetDevice");
+    if (prev != dev) SEGRED_CUDA_CHECK(cudaSetDevice(dev), "segment_reduce: cudaSetDevice");
   }
-  ~DeviceGuard() { cudaSetDevice(prev); }
+  ~DeviceGuard() {
+    if (prev != dev) cudaSetDevice(prev);
+  }
 };
 
 // The contiguous form of a device tensor: itself or a copy in scratch.
@@ -228,55 +299,61 @@ void validate_on_host(const char* op, detail::SegmentLayout& lay, const Segments
   detail::normalise_offsets(op, lay, host, use_lengths, false);
 }
 
+// The arena bytes prepare takes for a call.
 template <class Idx>
-const Idx* build_q(const char* op, const detail::SegmentLayout& lay, const Segments& seg,
-                   const detail::SegmentGeometry& geo, Scratch& scratch, cudaStream_t s) {
-  const int64_t n = geo.segs + 1;
-  Idx* q = scratch.alloc<Idx>(n);
-  const int64_t outer = lay.outer, S = lay.S, L = lay.L;
-  if (!lay.offsets.empty() || outer == 0) {  // validated on the host
-    std::vector<Idx> hq(static_cast<size_t>(n));
-    hq[0] = 0;
-    for (int64_t r = 0; r < outer; ++r)
-      for (int64_t k = 0; k <= S; ++k) hq[size_t(1 + r * (S + 1) + k)] = Idx(r * L + lay.row(r)[k]);
-    hq[size_t(n - 1)] = Idx(outer * L);
-    SEGRED_CUDA_CHECK(cudaMemcpyAsync(q, hq.data(), size_t(n) * sizeof(Idx), cudaMemcpyHostToDevice, s),
-                      detail::cat(op, ": copying offsets to the device"));
-    SEGRED_CUDA_CHECK(cudaStreamSynchronize(s), detail::cat(op, ": cudaStreamSynchronize"));
-    return q;
-  }
-  // unsafe: scan on the device.
+size_t prepare_bytes(const detail::SegmentGeometry& geo, int64_t scan_target, bool tiles) {
+  size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
+  if (tiles)
+    b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(1) +
+         Arena::bytes<Idx>(geo.workers / kShortFix + 1);
+  return b;
+}
+
+// Queues prepare; fills c.q and, with tiles, c.tile_i/tile_j/long_list/long_count.
+template <class Idx>
+void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segments& seg, bool tiles,
+                 int64_t scan_target, LaunchCtx& c) {
   const bool use_lengths = seg.lengths.has_value();
   const TensorView& m = use_lengths ? *seg.lengths : *seg.offsets;
-  const int64_t k = m.sizes.back();
-  const int64_t items = outer * k;
-  const MetaReader rd{m.data, m.dtype == DType::Int32, strided_of(op, use_lengths ? "lengths" : "offsets", m)};
-  const int mode = use_lengths ? (outer == 1 ? 1 : 0) : 2;
-  KV* kv = nullptr;
-  int64_t* plain = nullptr;
-  if (items > 0) {
-    size_t temp = 0;
-    auto scan = [&](auto it, auto* out, auto opr) {
-      SEGRED_CUDA_CHECK(cub::DeviceScan::InclusiveScan(nullptr, temp, it, out, opr, items, s), "segment_reduce: scan");
-      void* tmp = scratch.alloc<char>(int64_t(temp));
-      SEGRED_CUDA_CHECK(cub::DeviceScan::InclusiveScan(tmp, temp, it, out, opr, items, s), "segment_reduce: scan");
-    };
-    auto count = thrust::counting_iterator<int64_t>(0);
-    if (mode == 0) {
-      kv = scratch.alloc<KV>(items);
-      scan(thrust::make_transform_iterator(count, MetaIn{rd, k, L}), kv, KVOp{L, true});
-    } else if (mode == 1) {
-      plain = scratch.alloc<int64_t>(items);
-      scan(thrust::make_transform_iterator(count, RowIn{rd, L}), plain, SatSum{L});
-    } else {
-      plain = scratch.alloc<int64_t>(items);
-      scan(thrust::make_transform_iterator(count, BandedIn{rd, k, L}), plain, MaxOp{});
-    }
+  const auto& geo = c.geo;
+  PrepArgs<Idx> a;
+  a.m = MetaReader{m.data, m.dtype == DType::Int32, strided_of(op, use_lengths ? "lengths" : "offsets", m)};
+  a.outer = lay.outer;
+  a.S = lay.S;
+  a.L = lay.L;
+  a.k = m.sizes.back();
+  a.lengths = use_lengths;
+  a.scan_target = scan_target;
+  a.agg = c.arena->take<KV>(scan_target);
+  a.q = c.arena->take<Idx>(geo.segs + 1);
+  a.nseg = Idx(geo.segs);
+  a.nel = Idx(geo.positions);
+  int64_t want = std::max<int64_t>(scan_target, detail::ceil_div(lay.outer, kPrepBlock));
+  if (tiles) {
+    a.W = geo.workers;
+    a.items = geo.items;
+    a.tile_i = c.arena->take<Idx>(geo.workers + 1);
+    a.tile_j = c.arena->take<Idx>(geo.workers + 1);
+    a.long_count = c.arena->take<unsigned>(1);
+    c.long_list = c.arena->take<Idx>(geo.workers / kShortFix + 1);
+    c.tile_i = a.tile_i;
+    c.tile_j = a.tile_j;
+    c.long_count = a.long_count;
+    want = std::max(want, detail::ceil_div(geo.workers + 1, kPrepBlock));
   }
-  const int64_t threads = std::max<int64_t>(outer * (S + 1), 1);
-  write_q<Idx><<<unsigned(detail::ceil_div(threads, 256)), 256, 0, s>>>(q, kv, plain, mode, outer, S, L);
-  check_launch("write_q");
-  return q;
+  c.q = a.q;
+  impl::launch_coop(prepare<Idx>, want, kPrepBlock, c, "prepare", a);
+}
+
+// Scan blocks wanted for the metadata: ~kPrepItemsPerBlock items each, at most
+// what a cooperative grid of prepare holds.
+template <class Idx>
+int64_t scan_target(const detail::SegmentLayout& lay, const Segments& seg) {
+  const TensorView& m = seg.lengths ? *seg.lengths : *seg.offsets;
+  const int64_t items = lay.outer * m.sizes.back();
+  if (items <= 0) return 0;
+  const int64_t cap = impl::coop_capacity(prepare<Idx>, kPrepBlock, "prepare");
+  return std::min(detail::ceil_div(items, kPrepItemsPerBlock), cap);
 }
 
 SegmentProblem problem_of(const detail::SegmentLayout& lay, const TensorView& data, Reduce reduce, Direction dir) {
@@ -301,6 +378,37 @@ void dispatch(DType dt, int bits, F&& f) {
   }
 }
 
+// The launch context every call shares.
+LaunchCtx ctx_of(const detail::SegmentLayout& lay, const detail::SegmentGeometry& geo, Direction dir, cudaStream_t s) {
+  LaunchCtx c;
+  c.stream = s;
+  c.geo = geo;
+  c.outer = lay.outer;
+  c.L = lay.L;
+  c.inner = lay.inner;
+  c.S = lay.S;
+  c.path = detail::segment_path(dir, geo);
+  return c;
+}
+
+// The rest of a call at the (dtype, index width) instantiation: one scratch
+// allocation for everything, prepare, then run(T, Idx) queues the kernels.
+template <class Run>
+void run_call(const char* op, const detail::SegmentLayout& lay, const Segments& seg, DType dt, Direction dir,
+              Reduce reduce, Scratch& scratch, LaunchCtx& c, Run&& run) {
+  dispatch(dt, c.geo.index_bits, [&](auto t, auto i) {
+    using T = decltype(t);
+    using Idx = decltype(i);
+    const bool tiles = !c.geo.prod_bwd;
+    const int64_t st = scan_target<Idx>(lay, seg);
+    Arena arena(scratch, prepare_bytes<Idx>(c.geo, st, tiles) + run_scratch_bytes<T, Idx>(c, dir, reduce));
+    c.arena = &arena;
+    run_prepare<Idx>(op, lay, seg, tiles, st, c);
+    run(t, i);
+    c.arena = nullptr;
+  });
+}
+
 }  // namespace
 
 void segment_reduce_fwd(const Plan&, const detail::SegmentLayout& lay0, const Segments& seg, const TensorView& data,
@@ -314,26 +422,14 @@ void segment_reduce_fwd(const Plan&, const detail::SegmentLayout& lay0, const Se
   Scratch scratch(s);
   const void* x = contiguous(op, "data", data, scratch, s);
   const SegmentProblem p = problem_of(lay, data, reduce, Direction::Fwd);
-  const detail::SegmentGeometry geo = detail::segment_geometry(p, aligned16(x));
   FwdArgs a;
-  a.c.stream = s;
-  a.c.geo = geo;
-  a.c.outer = lay.outer;
-  a.c.L = lay.L;
-  a.c.inner = lay.inner;
-  a.c.S = lay.S;
-  a.c.path = detail::segment_path(Direction::Fwd, geo);
-  a.c.scratch = &scratch;
+  a.c = ctx_of(lay, detail::segment_geometry(p, aligned16(x)), Direction::Fwd, s);
   a.x = x;
   a.out = out.data;
   a.reduce = reduce;
   a.initial = seg.initial;
-  dispatch(data.dtype, geo.index_bits, [&](auto t, auto i) {
-    using T = decltype(t);
-    using Idx = decltype(i);
-    a.c.q = build_q<Idx>(op, lay, seg, geo, scratch, s);
-    run_fwd<T, Idx>(a);
-  });
+  run_call(op, lay, seg, data.dtype, Direction::Fwd, reduce, scratch, a.c,
+           [&](auto t, auto i) { run_fwd<decltype(t), decltype(i)>(a); });
 }
 
 void segment_reduce_bwd(const Plan&, const detail::SegmentLayout& lay0, const Segments& seg, const TensorView& grad,
@@ -353,16 +449,8 @@ void segment_reduce_bwd(const Plan&, const detail::SegmentLayout& lay0, const Se
   const void* g = contiguous(op, "grad", grad, scratch, s);
   const SegmentProblem p = problem_of(lay, data, reduce, Direction::Bwd);
   const bool al = aligned16(grad_input.data) && (!x || aligned16(x));
-  const detail::SegmentGeometry geo = detail::segment_geometry(p, al);
   BwdArgs a;
-  a.c.stream = s;
-  a.c.geo = geo;
-  a.c.outer = lay.outer;
-  a.c.L = lay.L;
-  a.c.inner = lay.inner;
-  a.c.S = lay.S;
-  a.c.path = detail::segment_path(Direction::Bwd, geo);
-  a.c.scratch = &scratch;
+  a.c = ctx_of(lay, detail::segment_geometry(p, al), Direction::Bwd, s);
   a.g = g;
   a.y = y;
   a.x = x;
@@ -370,12 +458,38 @@ void segment_reduce_bwd(const Plan&, const detail::SegmentLayout& lay0, const Se
   a.reduce = reduce;
   a.tie = tie;
   a.initial = seg.initial;
-  dispatch(data.dtype, geo.index_bits, [&](auto t, auto i) {
-    using T = decltype(t);
-    using Idx = decltype(i);
-    a.c.q = build_q<Idx>(op, lay, seg, geo, scratch, s);
-    run_bwd<T, Idx>(a);
-  });
+  run_call(op, lay, seg, data.dtype, Direction::Bwd, reduce, scratch, a.c,
+           [&](auto t, auto i) { run_bwd<decltype(t), decltype(i)>(a); });
 }
+
+// ---- the call preparation shared with the ragged softmax family (src/cuda/merge_space.cuh)
+
+void validate_metadata(const char* op, detail::SegmentLayout& lay, const Segments& seg, cudaStream_t s) {
+  validate_on_host(op, lay, seg, s);
+}
+
+const void* contiguous_input(const char* op, const char* name, const TensorView& t, Scratch& scratch,
+                             cudaStream_t s) {
+  return contiguous(op, name, t, scratch, s);
+}
+
+bool is_aligned16(const void* p) { return aligned16(p); }
+
+template <class Idx>
+size_t merge_space_bytes(const detail::SegmentLayout& lay, const Segments& seg, const detail::SegmentGeometry& geo) {
+  return prepare_bytes<Idx>(geo, scan_target<Idx>(lay, seg), true);
+}
+
+template <class Idx>
+void prepare_merge_space(const char* op, const detail::SegmentLayout& lay, const Segments& seg, LaunchCtx& c) {
+  run_prepare<Idx>(op, lay, seg, true, scan_target<Idx>(lay, seg), c);
+}
+
+template size_t merge_space_bytes<int32_t>(const detail::SegmentLayout&, const Segments&,
+                                           const detail::SegmentGeometry&);
+template size_t merge_space_bytes<int64_t>(const detail::SegmentLayout&, const Segments&,
+                                           const detail::SegmentGeometry&);
+template void prepare_merge_space<int32_t>(const char*, const detail::SegmentLayout&, const Segments&, LaunchCtx&);
+template void prepare_merge_space<int64_t>(const char*, const detail::SegmentLayout&, const Segments&, LaunchCtx&);
 
 }  // namespace segred::cuda

@@ -1,9 +1,16 @@
-// Host side of the CUDA segment_reduce kernels: one pass = main kernel + fix-up,
-// per (T, Idx). Instantiated per dtype in segment_reduce_{fwd,bwd}_<dtype>.cu so
-// the instantiations compile in parallel.
+// Host side of the CUDA segment_reduce kernels: per (T, Idx), the main kernel(s)
+// and the fix-up of one call. The merge space q, the tile partition and the
+// fix-up counter come from the prepare kernel (src/cuda/segment_reduce.cu), once
+// per call, shared by both passes of the max/min backward. Every scratch buffer
+// of a call is carved from one allocation (Arena). Instantiated per dtype in
+// segment_reduce_{fwd,bwd}_<dtype>.cu so the instantiations compile in parallel.
 #pragma once
+#include <algorithm>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "segred/segment_reduce.h"
 #include "segred/trace.h"
@@ -13,13 +20,46 @@
 
 namespace segred::cuda {
 
+// The scratch of one call: one stream-ordered allocation of the size the caller
+// computed (bytes()), handed out in 256-byte aligned pieces; a request that does
+// not fit gets its own allocation, so a short estimate costs time, never memory
+// safety.
+class Arena {
+ public:
+  template <class T>
+  static size_t bytes(int64_t n) {
+    return (size_t(n > 0 ? n : 1) * sizeof(T) + 255) / 256 * 256;
+  }
+  Arena(Scratch& s, size_t total) : s_(s), left_(total) {
+    if (total) base_ = s.alloc<char>(int64_t(total));
+  }
+  template <class T>
+  T* take(int64_t n) {
+    const size_t b = bytes<T>(n);
+    if (b > left_) return s_.alloc<T>(n);
+    T* p = reinterpret_cast<T*>(base_);
+    base_ += b;
+    left_ -= b;
+    return p;
+  }
+
+ private:
+  Scratch& s_;
+  char* base_ = nullptr;
+  size_t left_ = 0;
+};
+
 struct LaunchCtx {
   cudaStream_t stream = nullptr;
   detail::SegmentGeometry geo;
-  const void* q = nullptr;  // Idx[geo.segs + 1], device
+  const void* q = nullptr;       // Idx[geo.segs + 1], device
+  const void* tile_i = nullptr;  // Idx[geo.workers + 1]: tile starts (not for prod backward)
+  const void* tile_j = nullptr;
+  void* long_list = nullptr;         // Idx[geo.workers / kShortFix + 1]
+  unsigned* long_count = nullptr;    // 0 after prepare: one reduction pass (one fixup) per call
   int64_t outer = 1, L = 0, inner = 1, S = 0;
   const char* path = "";
-  Scratch* scratch = nullptr;
+  Arena* arena = nullptr;
 };
 
 struct FwdArgs {
@@ -50,19 +90,64 @@ inline void record(const char* path, int64_t grid, int block) {
   detail::record_launch(path, {grid, 1, 1}, {block, 1, 1});
 }
 
-// The W + 1 tile boundaries of the merge space (tile_i/tile_j, scratch).
-template <class Idx>
-void run_partition(const LaunchCtx& c, Idx*& tile_i, Idx*& tile_j) {
-  const auto& g = c.geo;
-  tile_i = c.scratch->alloc<Idx>(g.workers + 1);
-  tile_j = c.scratch->alloc<Idx>(g.workers + 1);
-  auto k = partition<Idx>;
-  const int block = viable_block(k, 256, 0, 32, "partition");
-  const int64_t grid = detail::ceil_div(g.workers + 1, block);
-  k<<<unsigned(grid), block, 0, c.stream>>>(static_cast<const Idx*>(c.q), Idx(g.segs), Idx(g.positions),
-                                            Idx(g.workers), Idx(g.items), tile_i, tile_j);
-  check_launch("partition");
-  record(c.path, grid, block);
+// Blocks of `block` threads a cooperative launch of `kernel` may use: the
+// resident blocks per SM the occupancy query reports times the SMs. Cached per
+// (kernel, device); launch viability (DESIGN.md) is the occupancy >= 1 check.
+template <class Kernel>
+int64_t coop_capacity(Kernel kernel, int block, const char* name) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int64_t> cache;
+  int dev = 0;
+  SEGRED_CUDA_CHECK(cudaGetDevice(&dev), "segment_reduce: cudaGetDevice");
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), dev);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  int occ = 0, sms = 0, coop = 0;
+  SEGRED_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, block, 0),
+                    detail::cat("segment_reduce: occupancy of ", name));
+  SEGRED_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "segment_reduce: device query");
+  SEGRED_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev), "segment_reduce: device query");
+  SEGRED_CHECK(occ >= 1, DeviceError, "segment_reduce: no viable launch configuration for ", name,
+               " (occupancy reports 0 resident blocks of ", block, " threads)");
+  SEGRED_CHECK(coop != 0, DeviceError, "segment_reduce: the device does not support cooperative launches (", name, ")");
+  const int64_t cap = int64_t(sms) * occ;
+  std::lock_guard<std::mutex> lk(mu);
+  cache[key] = cap;
+  return cap;
+}
+
+// Cooperative launch of a grid-stride kernel with `want` blocks (clamped to
+// [1, capacity]). If the driver finds the grid too large to be co-resident (a
+// tool such as compute-sanitizer may change a kernel's resources), half of it is
+// tried: every cooperative kernel here is correct for any grid size, and the
+// driver accepts only grids it can keep resident.
+template <class... Exp, class... Act>
+void launch_coop(void (*kernel)(Exp...), int64_t want, int block, const LaunchCtx& c, const char* name,
+                 const Act&... args) {
+  const int64_t cap = coop_capacity(kernel, block, name);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(std::clamp<int64_t>(want, 1, cap)));
+  cfg.blockDim = dim3(unsigned(block));
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = c.stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  for (;;) {
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    if (e == cudaSuccess) break;
+    cudaGetLastError();
+    SEGRED_CHECK(e == cudaErrorCooperativeLaunchTooLarge && cfg.gridDim.x > 1, DeviceError,
+                 "segment_reduce: launch of ", name, " failed: ", cudaGetErrorString(e));
+    cfg.gridDim.x /= 2;
+  }
+  check_launch(name);
+  record(c.path, cfg.gridDim.x, block);
 }
 
 // Main kernel + fix-up of one reduction pass (forward, or max/min stats).
@@ -72,11 +157,11 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
   using Raw = typename Fn::Raw;
   const auto& g = c.geo;
   const Idx* q = static_cast<const Idx*>(c.q);
-  const Idx W = Idx(g.workers), nseg = Idx(g.segs), inner = Idx(c.inner);
-  Idx *tile_i, *tile_j;
-  run_partition<Idx>(c, tile_i, tile_j);
-  A* carry = c.scratch->alloc<A>(g.workers * c.inner);
-  A* head = c.scratch->alloc<A>(g.workers * c.inner);
+  const Idx* tile_i = static_cast<const Idx*>(c.tile_i);
+  const Idx* tile_j = static_cast<const Idx*>(c.tile_j);
+  const Idx W = Idx(g.workers), inner = Idx(c.inner);
+  A* carry = c.arena->take<A>(g.workers * c.inner);
+  A* head = c.arena->take<A>(g.workers * c.inner);
   if (g.flat) {
     auto k = flat_reduce<Fn, Idx>;
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
@@ -95,27 +180,12 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     check_launch("feat_reduce");
     record(c.path, grid, block);
   }
-  // Fix-up of tile-crossing segments.
-  unsigned* long_count = c.scratch->alloc<unsigned>(1);
-  SEGRED_CUDA_CHECK(cudaMemsetAsync(long_count, 0, sizeof(unsigned), c.stream), "segment_reduce: cudaMemsetAsync");
-  const int64_t max_long = g.workers / kShortFix + 1;
-  Idx* long_list = c.scratch->alloc<Idx>(max_long);
-  {
-    auto k = fixup_short<Fn, Idx>;
-    const int block = viable_block(k, 256, 0, 32, "fixup_short");
-    const int64_t grid = detail::ceil_div(g.workers * c.inner, block);
-    k<<<unsigned(grid), block, 0, c.stream>>>(fn, q, tile_i, tile_j, W, nseg, inner, carry, head, long_list,
-                                              long_count);
-    check_launch("fixup_short");
-    record(c.path, grid, block);
-  }
-  {
-    auto k = fixup_long<Fn, Idx>;
-    viable_block(k, 256, 0, 256, "fixup_long");  // the tree needs all 256 threads
-    k<<<unsigned(max_long), 256, 0, c.stream>>>(fn, tile_i, inner, carry, head, long_list, long_count);
-    check_launch("fixup_long");
-    record(c.path, max_long, 256);
-  }
+  // Fix-up of tile-crossing segments: FX lanes per tile.
+  int FX = 1;
+  while (FX < 32 && FX < c.inner) FX *= 2;
+  launch_coop(fixup<Fn, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup", fn, q, tile_i, tile_j, W,
+              Idx(g.items), inner, FX, static_cast<const A*>(carry), static_cast<const A*>(head),
+              static_cast<Idx*>(c.long_list), c.long_count);
 }
 
 template <class Fn, class Idx>
@@ -123,9 +193,9 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
   using Raw = typename Fn::Raw;
   const auto& g = c.geo;
   const Idx* q = static_cast<const Idx*>(c.q);
+  const Idx* tile_i = static_cast<const Idx*>(c.tile_i);
+  const Idx* tile_j = static_cast<const Idx*>(c.tile_j);
   const Idx W = Idx(g.workers);
-  Idx *tile_i, *tile_j;
-  run_partition<Idx>(c, tile_i, tile_j);
   if (g.flat) {
     auto k = flat_elementwise<Fn, Idx>;
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
@@ -146,6 +216,20 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
 }
 
 }  // namespace impl
+
+// Scratch bytes run_fwd / run_bwd take from the arena (carries, heads, stats,
+// prod's prefix buffer), beyond what prepare takes.
+template <class T, class Idx>
+size_t run_scratch_bytes(const LaunchCtx& c, Direction dir, Reduce reduce) {
+  using D = typename Dev<T>::type;
+  using A = dacc_t<D>;
+  const int64_t tiles = c.geo.workers * c.inner;
+  if (dir == Direction::Fwd) return 2 * Arena::bytes<A>(tiles);
+  if (reduce == Reduce::Prod) return sizeof(D) < sizeof(A) ? Arena::bytes<A>(c.outer * c.L * c.inner) : 0;
+  if (reduce == Reduce::Max || reduce == Reduce::Min)
+    return Arena::bytes<Idx>(c.outer * c.S * c.inner) + 2 * Arena::bytes<Idx>(tiles);  // stats; A = Idx
+  return 0;
+}
 
 template <class T, class Idx>
 void run_fwd(const FwdArgs& a) {
@@ -191,7 +275,7 @@ void run_bwd(const BwdArgs& a) {
       const int block = viable_block(k, c.geo.block, 0, 32, "prod_bwd_warp");
       const int64_t grid = detail::ceil_div(nwarps * 32, block);
       const A start = a.initial ? A(*a.initial) : A(1);
-      A* pre = sizeof(D) < sizeof(A) ? c.scratch->alloc<A>(c.outer * c.L * c.inner) : nullptr;
+      A* pre = sizeof(D) < sizeof(A) ? c.arena->take<A>(c.outer * c.L * c.inner) : nullptr;
       k<<<unsigned(grid), block, 0, c.stream>>>(static_cast<const D*>(a.g), static_cast<const D*>(a.x),
                                                 static_cast<D*>(a.gi), static_cast<const int64_t*>(c.q), c.S, c.inner,
                                                 c.geo.slabs, start, nwarps, pre);
@@ -202,7 +286,7 @@ void run_bwd(const BwdArgs& a) {
   }
   Idx* stats = nullptr;
   if (a.reduce == Reduce::Max || a.reduce == Reduce::Min) {
-    stats = c.scratch->alloc<Idx>(c.outer * c.S * c.inner);
+    stats = c.arena->take<Idx>(c.outer * c.S * c.inner);
     StatsFn<D, Idx> sf;
     sf.y = static_cast<const D*>(a.y);
     sf.stats = stats;

@@ -14,10 +14,13 @@
 //
 // The math, per row (a "row" is one (outer, inner) column of D values), with the
 // building blocks of src/ops/softmax_ops.h (shared with the CPU kernels):
-//   forward, resident:  m = max x (NaN wins); e = exp(x - sum_base(m)) kept in
-//     registers; s = sum e; k = row_const(s) (1/s or log s), NaN unless m is
-//     finite (the NaN rule: all -inf, any NaN or +inf -> NaN row);
-//     softmax y = e * k, log_softmax y = (x - m) - log s. One exp per element.
+//   forward, resident: one reduction of (max, sum) pairs. Each thread takes its
+//     own max mt (NaN wins) and e = exp(x - sum_base(mt)), kept in registers, and
+//     s = sum e; the pairs merge (MSOp) to the row's (M, S); k is NaN unless M is
+//     finite (the NaN rule: all -inf, any NaN or +inf -> NaN row), else softmax
+//     y = e * (exp(mt - M) / S), log_softmax y = (x - M) - log S. One exp per
+//     element; v2 reduced the max and then the sum (two dependent block-wide
+//     reductions per row, the forward's main cost at 28-86% of copy).
 //   forward, streaming: per chunk cm = max(m, chunk max), s = s*exp(m - cm) +
 //     sum exp(x - sum_base(cm)); partial (m, s) pairs merge with the same rule
 //     across threads, blocks and cluster ranks; then a second read writes
@@ -66,16 +69,27 @@ template <class A> struct MS {
   A m, s;
 };
 
-struct MaxOp {
-  template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return ops::MaxTag::combine(a, b); }
-};
 struct SumOp {
   template <class A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
 };
+// exp in the accumulation type: float as exp2f(x * log2 e) (MUFU.EX2 plus the
+// subnormal fix-up: about 3 instructions against expf's 7; the rounding of the
+// product adds |x| * 2^-24 relative error, 1.2e-6 at x - m = -20, inside the
+// float32 tolerance); double as exp.
+__device__ __forceinline__ float dexp(float x) { return exp2f(x * 1.4426950408889634f); }
+__device__ __forceinline__ double dexp(double x) { return ::exp(x); }
+
+// Merge of two (max, sum of exp against that max) pairs: one exp, of the smaller
+// max against the merged one; the larger side keeps its sum unscaled (factor 1
+// exactly). Against sum_base(m), so two all -inf parts (m = -inf, s = 0) merge to
+// (-inf, 0) and not to NaN. When m is NaN or +inf, s may be NaN: every epilogue
+// turns such a row into NaN from m alone (the NaN rule), whatever s is.
 struct MSOp {
   template <class A> __device__ __forceinline__ MS<A> operator()(MS<A> a, MS<A> b) const {
     const A m = ops::MaxTag::combine(a.m, b.m);
-    return {m, a.s * ops::rescale(a.m, m) + b.s * ops::rescale(b.m, m)};
+    const bool a_hi = a.m >= b.m;
+    const A hs = a_hi ? a.s : b.s, ls = a_hi ? b.s : a.s, lm = a_hi ? b.m : a.m;
+    return {m, hs + ls * dexp(lm - ops::sum_base(m))};
   }
 };
 
@@ -87,13 +101,6 @@ template <class A> __device__ __forceinline__ A shfl(A v, int src) { return __sh
 template <class A> __device__ __forceinline__ MS<A> shfl(MS<A> v, int src) {
   return {__shfl_sync(0xffffffffu, v.m, src), __shfl_sync(0xffffffffu, v.s, src)};
 }
-
-// exp in the accumulation type: float as exp2f(x * log2 e) (MUFU.EX2 plus the
-// subnormal fix-up: about 3 instructions against expf's 7; the rounding of the
-// product adds |x| * 2^-24 relative error, 1.2e-6 at x - m = -20, inside the
-// float32 tolerance); double as exp.
-__device__ __forceinline__ float dexp(float x) { return exp2f(x * 1.4426950408889634f); }
-__device__ __forceinline__ double dexp(double x) { return ::exp(x); }
 
 // Combine a value across the C blocks of this block's cluster, rank order.
 // `slot` is this block's shared-memory slot (same offset in every block); the
@@ -122,39 +129,46 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
   const A ninf = ops::neg_inf<A>();
   const A nan = std::numeric_limits<A>::quiet_NaN();
   A v[EV];
-  A m[NS], s[NS], kk[NS], rb[NS];
+  A kk[NS], rb[NS];
+  MS<A> st[NS];
   if (cx.chunks == 1) {
+    // One reduction per row, of (max, sum) pairs: each thread takes exp against
+    // its own max mt (per slot), the pairs merge to the row's (M, S), and the
+    // write rescales by exp(mt - M): softmax y = e * (exp(mt - M) / S), log_softmax
+    // y = (x - M) - log S. Still one exp per element (plus one per slot).
     cx.load(0, I(0), v, ninf);
+    A mt[NS];
 #pragma unroll
-    for (int i = 0; i < NS; ++i) m[i] = ninf;
+    for (int i = 0; i < NS; ++i) mt[i] = ninf;
 #pragma unroll
-    for (int k = 0; k < EV; ++k) m[k % NS] = ops::MaxTag::combine(m[k % NS], v[k]);
-    cx.template reduce<A>(m, MaxOp{});
+    for (int k = 0; k < EV; ++k) mt[k % NS] = ops::MaxTag::combine(mt[k % NS], v[k]);
     A sb[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-      sb[i] = ops::sum_base(m[i]);
-      s[i] = A(0);
+      sb[i] = ops::sum_base(mt[i]);  // all -inf (or padding): exp(-inf - 0) = 0
+      st[i] = {mt[i], A(0)};
     }
 #pragma unroll
     for (int k = 0; k < EV; ++k) {
       const A e = dexp(v[k] - sb[k % NS]);
-      s[k % NS] += e;
+      st[k % NS].s += e;
       if constexpr (!Log) v[k] = e;
     }
-    cx.template reduce<A>(s, SumOp{});
+    cx.template reduce<MS<A>>(st, MSOp{});
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-      const bool finite = (m[i] - m[i] == A(0));
-      kk[i] = finite ? (Log ? ops::log_acc(s[i]) : A(1) / s[i]) : nan;
-      rb[i] = m[i];
+      // The NaN rule from M alone: NaN unless the row's max is finite. With M
+      // finite, mt <= M, so the factor is in [0, 1] (0 for an all -inf slot) and
+      // S >= 1 (the max's own term is exp(0) = 1, never rescaled).
+      const bool finite = (st[i].m - st[i].m == A(0));
+      kk[i] = finite ? (Log ? ops::log_acc(st[i].s) : dexp(mt[i] - st[i].m) / st[i].s) : nan;
+      rb[i] = st[i].m;
     }
 #pragma unroll
     for (int k = 0; k < EV; ++k) v[k] = Log ? (v[k] - rb[k % NS]) - kk[k % NS] : v[k] * kk[k % NS];
     cx.store(I(0), v);
     return;
   }
-  MS<A> st[NS];
 #pragma unroll
   for (int i = 0; i < NS; ++i) st[i] = {ninf, A(0)};
   for (I c = 0; c < I(cx.chunks); ++c) {
@@ -538,9 +552,11 @@ __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
 }
 
 // The kernel for (T, I, direction, log, geometry kind, vector width).
+// Vector widths: detail::softmax_vec_elems (the geometry's, so plan and kernel agree).
 template <class T, class I, bool Fwd, bool Log>
 KernelFn pick_kernel(detail::SoftmaxKernel k, int vec) {
-  constexpr int V = 16 / sizeof(T);
+  constexpr int V = detail::softmax_vec_elems(detail::SoftmaxKernel::Warp, int(sizeof(T)));
+  constexpr int VS = detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, int(sizeof(T)));
   const bool v = vec != 1;
   switch (k) {
     case detail::SoftmaxKernel::Warp:
@@ -548,7 +564,7 @@ KernelFn pick_kernel(detail::SoftmaxKernel k, int vec) {
     case detail::SoftmaxKernel::Block:
       return v ? block_kernel<T, I, Fwd, Log, V> : block_kernel<T, I, Fwd, Log, 1>;
     default:
-      return v ? spatial_kernel<T, I, Fwd, Log, V> : spatial_kernel<T, I, Fwd, Log, 1>;
+      return v ? spatial_kernel<T, I, Fwd, Log, VS> : spatial_kernel<T, I, Fwd, Log, 1>;
   }
 }
 

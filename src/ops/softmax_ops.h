@@ -26,40 +26,71 @@ namespace segred::ops {
 
 // exp in the accumulation type. float: Cody-Waite range reduction and Cephes'
 // degree-6 minimax polynomial (max error about 2 ulp, measured against double in
-// tests), written without branches or libm calls so that a loop over it
-// vectorises; 2^n is applied as two normal powers so results that are float
-// subnormals are right too. NaN in, NaN out; -inf and x < -104 give 0; x > 88.73
-// gives +inf. double: libm (float64 is the reference-precision type).
-SEGRED_HD float exp_acc(float x) {
-#if defined(__CUDA_ARCH__)
-  return ::expf(x);
+// tests), written without branches or libm calls; 2^n is applied as two normal
+// powers so results that are float subnormals are right too. NaN in, NaN out;
+// -inf and x < -104 give 0; x > 88.73 gives +inf. double: libm (float64 is the
+// reference-precision type).
+//
+// exp_poly is that float exp written once for a scalar float (F = float,
+// I = int32_t) and for the CPU kernels' float vectors (GCC/Clang vector
+// extensions, src/cpu/softmax_vec_kernels.inc; I the int32 vector of the same
+// width). Only operators and always-inlined helpers, so that it inlines into
+// kernels compiled for wider instruction sets (a call to a function of a wider
+// target would not inline) at every optimisation level. Host only.
+#if defined(__GNUC__)
+#define SEGRED_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
-  // Quiet comparisons (no FP exception on NaN), so the compiler may turn these
-  // selects into vector blends; with `<` under -ftrapping-math it keeps a branch
-  // and the whole loop stays scalar (measured: 8x slower). NaN passes through.
-  x = std::isless(x, -110.0f) ? -110.0f : x;
-  x = std::isgreater(x, 89.0f) ? 89.0f : x;
-  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float t = x * 1.44269504088896341f + magic;
-  const float n = t - magic;
-  int32_t ni;
-  std::memcpy(&ni, &t, 4);
-  ni -= 0x4b400000;  // bits of `magic`: ni = n as an integer, in [-159, 129]
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
+#define SEGRED_ALWAYS_INLINE inline
+#endif
+template <class To, class From>
+SEGRED_ALWAYS_INLINE To bits_as(const From& f) {
+  static_assert(sizeof(To) == sizeof(From));
+  To t;
+  std::memcpy(&t, &f, sizeof t);
+  return t;
+}
+// The three steps, apart so that a kernel can replace the outer ones with
+// instructions of its own (AVX-512: vrndscaleps and vscalefps): exp_core is the
+// polynomial on the reduced argument r = x - n ln2, |r| <= ln2 / 2; exp_clamped
+// takes x already clamped to [-110, 89] (or NaN); exp_poly clamps first.
+// Vector arguments by reference: GCC notes an ABI change for 64-byte vectors
+// passed by value to a function outside an AVX-512 target region.
+constexpr float kExpLog2e = 1.44269504088896341f;
+constexpr float kExpLn2Hi = 0.693359375f, kExpLn2Lo = -2.12194440e-4f;  // ln2 = hi + lo
+template <class F>
+SEGRED_ALWAYS_INLINE F exp_core(const F& r) {
+  F p = r * 1.9875691500e-4f + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t n1 = ni >> 1, n2 = ni - n1;  // each in [-80, 64]: 2^n1, 2^n2 are normal
-  const uint32_t b1 = uint32_t(n1 + 127) << 23, b2 = uint32_t(n2 + 127) << 23;
-  float s1, s2;
-  std::memcpy(&s1, &b1, 4);
-  std::memcpy(&s2, &b2, 4);
-  return p * s1 * s2;
+  return p * r * r + r + 1.0f;
+}
+template <class F, class I>
+SEGRED_ALWAYS_INLINE F exp_clamped(const F& x) {
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const F t = x * kExpLog2e + magic;
+  const F n = t - magic;
+  const I ni = bits_as<I>(t) - 0x4b400000;  // bits of `magic`: ni = n as an integer, in [-159, 129]
+  F r = x - n * kExpLn2Hi;
+  r = r - n * kExpLn2Lo;
+  const F p = exp_core(r);
+  const I n1 = ni >> 1, n2 = ni - n1;  // each in [-80, 64]: 2^n1, 2^n2 are normal
+  return p * bits_as<F>((n1 + 127) << 23) * bits_as<F>((n2 + 127) << 23);
+}
+template <class F, class I>
+SEGRED_ALWAYS_INLINE F exp_poly(F x) {
+  const F lo = F{} - 110.0f, hi = F{} + 89.0f;
+  x = x < lo ? lo : x;  // NaN passes through both
+  x = x > hi ? hi : x;
+  return exp_clamped<F, I>(x);
+}
+
+SEGRED_HD float exp_acc(float x) {
+#if defined(__CUDA_ARCH__)
+  return ::expf(x);
+#else
+  return exp_poly<float, int32_t>(x);
 #endif
 }
 SEGRED_HD double exp_acc(double x) { return std::exp(x); }

@@ -94,13 +94,16 @@ struct Geo {
 };
 
 // Shapes that reach every kernel shape: lane groups of 1..32 lanes, a block per
-// row, clusters, streaming rows; spatial tiles with D in registers, a cluster
-// over D, streaming D; vector and scalar widths; awkward sizes.
+// row, clusters of 512-thread blocks ([2, 16384], [3, 40000]) and of 1024-thread
+// blocks ([1, 140000] at 16 elements per thread: 16 x 1024 x 16 >= D > 16 x 512 x 16),
+// streaming rows; spatial tiles with D in registers, a cluster over D, streaming
+// D; vector and scalar widths; awkward sizes.
 const std::vector<Geo>& shapes() {
   static const std::vector<Geo> s = {
       {{7, 1}, -1},        {{9, 2}, -1},         {{5, 31}, -1},       {{6, 33}, -1},      {{4, 59}, -1},
       {{3, 97}, -1},       {{40, 128}, -1},      {{5, 512}, -1},      {{3, 513}, -1},     {{2, 1025}, -1},
-      {{3, 4097}, -1},     {{2, 16384}, -1},     {{3, 40000}, -1},    {{1, 300001}, -1},  {{2, 3, 4, 5}, 3},
+      {{3, 4097}, -1},     {{2, 16384}, -1},     {{3, 40000}, -1},    {{1, 300001}, -1},  {{1, 140000}, -1},
+      {{2, 3, 4, 5}, 3},
       {{3, 5, 7}, 1},      {{2, 33, 64}, 1},     {{4, 97, 8}, 1},     {{2, 1025, 16}, 1}, {{1, 5000, 32}, 1},
       {{2, 40000, 4}, 1},  {{3, 2, 1031}, 1},    {{2, 3, 5, 7}, 0},   {{1, 4, 3000}, 1},  {{6, 1, 9}, 1},
       {{4096, 8}, 0},      {{33, 2, 5}, 2},
@@ -218,7 +221,7 @@ TYPED_TEST(CudaSoftmax, EveryPathAgainstReferenceAndCpuI64) {
 TEST(CudaSoftmaxSan, SharedMemoryClusterAndStreamingPaths) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(99);
-  const std::vector<Geo> s = {{{3, 4097}, -1},  {{2, 16384}, -1},   {{1, 300001}, -1}, {{2, 1025, 16}, 1},
+  const std::vector<Geo> s = {{{3, 4097}, -1},  {{2, 16384}, -1},   {{1, 300001}, -1}, {{1, 140000}, -1}, {{2, 1025, 16}, 1},
                               {{1, 5000, 32}, 1}, {{2, 40000, 4}, 1}, {{4, 97, 8}, 1}};
   for (bool f64 : {false, true})
     for (const Geo& c : s)

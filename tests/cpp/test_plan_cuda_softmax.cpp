@@ -198,17 +198,40 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   EXPECT_EQ(g.chunks, 1);
   EXPECT_EQ(g.vec, 4);
   EXPECT_EQ(g.index_bits, 32);
-  g = geo({64, 262144}, -1, DType::Float32);
-  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
+  // Long rows: blocks of 512 (two per SM) in a cluster, 1024 only where a
+  // resident row needs more than 16 blocks of 512.
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+    g = geo({2048, 65536}, -1, dt);
+    EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
+    EXPECT_EQ(g.tx, 512);
+    EXPECT_EQ(g.cluster, 8);
+    EXPECT_EQ(g.chunks, 1);
+    EXPECT_EQ(g.grid, 2048 * 8);
+    g = geo({64, 262144}, -1, dt);
+    EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
+    EXPECT_EQ(g.cluster, 16);
+    EXPECT_EQ(g.tx, 1024);
+    EXPECT_EQ(g.chunks, 1);
+    EXPECT_GE(g.grid, 132);
+  }
+  g = geo({100, 8192 + 16}, -1, DType::Float32);  // just past one block of 512 x 16
+  EXPECT_EQ(g.tx, 512);
+  EXPECT_EQ(g.cluster, 2);
+  g = geo({4, 16 * 1024 * 16 + 16}, -1, DType::Float32);  // past 16 x 1024 x 16: streaming
+  EXPECT_EQ(g.tx, 512);
   EXPECT_EQ(g.cluster, 16);
-  EXPECT_EQ(g.tx, 1024);
-  EXPECT_EQ(g.chunks, 1);
-  EXPECT_GE(g.grid, 132);
+  EXPECT_EQ(g.chunks, 3);
+  // Spatial, 16-bit types: 8-byte vectors (4 statistics slots per thread).
   g = geo({64, 256, 56, 56}, 1, DType::Float16);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
-  EXPECT_EQ(g.vec, 8);
+  EXPECT_EQ(g.vec, 4);
+  EXPECT_EQ(g.tx, 8);
+  EXPECT_EQ(g.ty, 64);
   EXPECT_EQ(g.chunks, 1);
   EXPECT_EQ(g.cluster, 1);
+  g = geo({8, 4, int64_t(1) << 24}, 1, DType::BFloat16);
+  EXPECT_EQ(g.vec, 4);
+  EXPECT_EQ(g.ty, 1);
   g = geo({8192, 8192}, 0, DType::Float32);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
   EXPECT_EQ(g.chunks, 1);

@@ -59,8 +59,8 @@ TEST(SoftmaxPlan, SpatialPastInt32AndUint32) {
                                  (dir == Direction::Fwd ? "fwd" : "bwd") + ".cpu.spatial.i64";
         EXPECT_EQ(p.path, want) << shape_string(s);
         EXPECT_EQ(p.index_bits, 64);
-        EXPECT_GE(p.chunk, 64);
-        EXPECT_LE(p.chunk, 4096);
+        EXPECT_GE(p.chunk, 128);
+        EXPECT_LE(p.chunk, 1024);
         EXPECT_EQ(p.chunk % 16, 0);
       }
   }
@@ -90,7 +90,7 @@ TEST(SoftmaxPlan, DimsOfOneAndTwo) {
   EXPECT_EQ(plan_for({2, 2}, 0).path, "softmax.fwd.cpu.spatial.i64");
   EXPECT_EQ(plan_for({2, 2}, 0).chunk, 2);
   EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).path, "softmax.fwd.cpu.spatial.i64");
-  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 4096);  // D = 2: the widest tile
+  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 128);  // D = 2: a short D, 128 columns
   EXPECT_EQ(plan_for({k2_31 + 1, 2}, 0).chunk, 2);     // inner = 2: a tile is the whole inner
   EXPECT_EQ(plan_for({k2_32, 1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
   EXPECT_EQ(plan_for({1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
@@ -99,16 +99,21 @@ TEST(SoftmaxPlan, DimsOfOneAndTwo) {
 
 // The worked examples in plan_softmax's comment, and the chunk rules.
 TEST(SoftmaxPlan, ChunkRules) {
-  EXPECT_EQ(plan_for({32, 1000, 4096}, 1).chunk, 128);
+  EXPECT_EQ(plan_for({32, 1000, 4096}, 1).chunk, 1024);
   EXPECT_EQ(plan_for({16384, 4096}, -1).chunk, 4096);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::Float64).chunk, 2048);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::BFloat16).chunk, 8192);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Bwd).chunk, 0);
-  // Backward keeps two arrays of the tile: half the forward's width.
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1).chunk, 512);
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 256);
-  // Huge D: the tile stays at least 64 columns wide.
-  EXPECT_EQ(plan_for({1, k2_32, 1000}, 1).chunk, 64);
+  // D <= 512: 128 columns, both directions.
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1).chunk, 128);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 128);
+  // D > 512: rows of 1024 columns (backward); the forward's tile of exps ~4 MiB.
+  EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Bwd).chunk, 1024);
+  EXPECT_EQ(plan_for({8192, 8192}, 0).chunk, 128);
+  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Fwd, false, DType::Float64).chunk, 128);
+  EXPECT_EQ(plan_for({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 512);
+  // Huge D: the tile stays at least 128 columns wide.
+  EXPECT_EQ(plan_for({1, k2_32, 1000}, 1).chunk, 128);
   // Plans are values: equal for equal problems, printable.
   EXPECT_EQ(plan_for({8, 4, int64_t(1) << 24}, 1), plan_for({8, 4, int64_t(1) << 24}, 1));
   EXPECT_NE(plan_for({8, 4, 16}, 1).to_string().find("softmax.fwd.cpu.spatial.i64"), std::string::npos);

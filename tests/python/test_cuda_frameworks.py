@@ -104,3 +104,98 @@ def test_jax_gpu_jit_grad():
     np.testing.assert_array_equal(np.asarray(g), [0, -0.5, -0.5, 0, 1, 1])
     y = jax.jit(lambda t: sj.softmax(t.reshape(2, 3), 1))(x)
     np.testing.assert_allclose(np.asarray(y), np.asarray(jax.nn.softmax(x.reshape(2, 3), 1)), rtol=1e-6)
+
+
+# ---- the ragged softmax family on CUDA (segment_softmax, segment_log_softmax, segment_logsumexp)
+
+def _segment_softmax_cpu_ref(kind, x, g, meta, meta_kind, axis):
+    """segred's CPU backend on the same inputs: forward and backward."""
+    xn, mn = x.detach().cpu().numpy(), meta.cpu().numpy()
+    kw = {meta_kind: mn, "axis": axis}
+    fwd = getattr(segred, f"segment_{kind}")
+    y = fwd(xn, **kw)
+    gn = g.cpu().numpy()
+    if kind == "logsumexp":
+        gi = segred.segment_logsumexp_backward(gn, y, xn, **kw)
+    else:
+        gi = getattr(segred, f"segment_{kind}_backward")(gn, y, **kw)
+    return y, gi
+
+
+@pytest.mark.parametrize("kind", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("heads", [1, 8, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_torch_cuda_segment_softmax_matches_cpu_backend(kind, heads, dtype):
+    gen = torch.Generator().manual_seed(heads)
+    lengths = torch.tensor([0, 1, 31, 33, 2, 1300, 0, 5])  # empty, one, long
+    shape = (int(lengths.sum()), heads) if heads > 1 else (int(lengths.sum()),)
+    x = torch.randn(shape, generator=gen, dtype=dtype) * 3
+    x[40] = -float("inf")  # -inf beside finite values
+    out_shape = (len(lengths),) + shape[1:] if kind == "logsumexp" else shape
+    g = torch.randn(out_shape, generator=gen, dtype=dtype) * 2.5  # every sign, not 1
+    xc = x.cuda().requires_grad_()
+    fwd = getattr(st, f"segment_{kind}")
+    with segred.trace() as t:
+        y = fwd(xc, lengths=lengths.cuda())
+        y.backward(g.cuda())
+    paths = {r.path for r in t.records}
+    assert paths == {f"segment_{kind}.fwd.cuda.tiles.i32", f"segment_{kind}.bwd.cuda.tiles.i32"}, paths
+    assert y.device == xc.device and xc.grad.device == xc.device
+    y_ref, gi_ref = _segment_softmax_cpu_ref(kind, x, g, lengths, "lengths", 0)
+    # float32: both backends approximate exp (CUDA: exp2f) and sum in other orders
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(y.detach().cpu().numpy(), y_ref, **tol)
+    np.testing.assert_allclose(xc.grad.cpu().numpy(), gi_ref, **tol)
+
+
+def test_torch_cuda_segment_softmax_offsets_axis1_bf16_and_stream():
+    # batched offsets over axis 1 (int32, not starting at 0), bfloat16, on a side stream
+    off = torch.tensor([[2, 2, 9, 40], [0, 30, 30, 41]], dtype=torch.int32)
+    x = (torch.randn(2, 41, 8) * 2).to(torch.bfloat16)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = st.segment_softmax(x.cuda(), offsets=off.cuda(), axis=1)
+    s.synchronize()
+    y_ref = segred.segment_softmax(x.float().numpy(), offsets=off.numpy(), axis=1)
+    np.testing.assert_allclose(y.float().cpu().numpy(), y_ref, rtol=2e-2, atol=2e-3)
+    assert (y[0, :2].float() == 0).all() and (y[0, 40].float() == 0).all()  # outside every segment: 0
+
+
+def test_torch_cuda_segment_softmax_compile_and_gradcheck():
+    lengths = torch.tensor([3, 0, 7, 2], device="cuda")
+    x = torch.randn(12, 4, device="cuda", dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda t: st.segment_log_softmax(t, lengths=lengths), (x,))
+
+    def f(t):
+        return (st.segment_softmax(t, lengths=lengths) * t).sum() + st.segment_logsumexp(t, lengths=lengths).sum()
+
+    torch.testing.assert_close(torch.compile(f, fullgraph=True)(x), f(x))
+
+
+def test_cupy_segment_softmax_in_and_out():
+    cp = pytest.importorskip("cupy")
+    x = cp.arange(12, dtype=cp.float32).reshape(6, 2)
+    y = segred.segment_logsumexp(x, lengths=cp.array([2, 0, 4]))
+    assert isinstance(y, cp.ndarray) and y.shape == (3, 2)
+    want = segred.segment_logsumexp(cp.asnumpy(x), lengths=np.array([2, 0, 4]))
+    np.testing.assert_allclose(cp.asnumpy(y), want, rtol=1e-6)
+
+
+def test_jax_gpu_segment_softmax_jit_grad():
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("jax sees no GPU")
+    import jax.numpy as jnp
+
+    import segred.jax as sj
+
+    x = jnp.array([1.0, 3.0, 3.0, 2.0, 5.0, 5.0])
+    lengths = jnp.array([4, 2])
+    w = jnp.array([1.0, -2.0, 0.5, 3.0, -1.0, 2.0])
+    gfn = jax.jit(jax.grad(lambda t: (sj.segment_softmax(t, lengths=lengths) * w).sum()))
+    got = np.asarray(gfn(x))
+    y = np.asarray(jax.nn.softmax(x[:4])).tolist() + np.asarray(jax.nn.softmax(x[4:])).tolist()
+    y = np.array(y)
+    want = np.concatenate([y[:4] * (np.asarray(w[:4]) - (y[:4] * np.asarray(w[:4])).sum()),
+                           y[4:] * (np.asarray(w[4:]) - (y[4:] * np.asarray(w[4:])).sum())])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

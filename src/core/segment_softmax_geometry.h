@@ -1,0 +1,172 @@
+// Work split of the CUDA ragged softmax kernels (src/ops/segment_softmax_tiles.h):
+// a pure function of the problem, shared by the planner (plan_segment_softmax,
+// tested without a GPU), the launch code and the CPU emulation test, so the plan
+// a test asserts is the geometry that runs.
+//
+// The merge space is segment_reduce's (src/core/segment_geometry.h): U = outer*(S+1)
+// + 1 segments (ghosts included) and N = outer*L positions ("rows": a row is the
+// `inner` features of one position), D = U + N merge items cut into tiles of T
+// items; a tile binary-searches its start, so a tile does the same work whether it
+// holds one row of a 2^26-row segment or 4000 empty segments.
+//
+// One block per (tile, slab). A slab is W features (all of them when a row has at
+// most 64 bytes): the block stages the tile's rows x W features in shared memory
+// with coalesced 16-byte loads (a tile of one slab is one contiguous range of memory),
+// splits the rows into `chunks` runs of E rows (E odd: the lanes of a warp then
+// read distinct shared-memory banks), and a thread (chunk, feature lane) walks
+// its E rows sequentially for V features: one exp per element for the online
+// (max, sum) statistics, a block-level segmented scan joins the chunks, and the
+// results are written in place and copied out with coalesced 16-byte stores.
+//
+// Shared memory per block (<= 47 KiB, so every launch fits the default 48 KiB):
+//   arrays x (T*W + 16 bytes of alignment pad) elements, (T+1) uint16 segment
+//   ends, block*V statistics (scan partials, then per-chunk totals), block int
+//   keys. T is the largest tile that fits, at most 8192 items.
+//
+// Worked example (GAT: 10M edges, 8 heads, float32, forward): V = 4, W = 8, one
+// slab, G = 2 lanes per row, 128 chunks; per item 8*4 + 2 = 34 bytes, fixed
+// 256*4*8 + 1024 + 64 = 9280 bytes, so T = (48128 - 9280) / 34 = 1142 items; E =
+// ceil(1142 / 128) = 9. With 1M nodes: D = 11M + 2, 9633 tiles, grid 9633 x 256.
+//
+// Index width: 32-bit only when every index a kernel forms stays below 2^31:
+// element offsets (outer*L*inner), per-segment outputs (outer*S*inner), merge
+// diagonals (D plus two tiles, whatever block the launch settles on), the
+// per-tile statistics (tiles*inner) and the fix-up's thread index.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "segred/segment_softmax.h"
+
+namespace segred::detail {
+
+// The six kernel kinds: (op, direction).
+enum class SsKind : uint8_t { SoftmaxFwd, LogSoftmaxFwd, LseFwd, SoftmaxBwd, LogSoftmaxBwd, LseBwd };
+
+constexpr SsKind ss_kind(SegmentSoftmaxOp op, Direction d) {
+  return SsKind(int(op) + (d == Direction::Bwd ? 3 : 0));
+}
+// Inputs staged in shared memory: x (forward, logsumexp backward) or g and y.
+constexpr int ss_arrays(SsKind k) { return k == SsKind::SoftmaxBwd || k == SsKind::LogSoftmaxBwd ? 2 : 1; }
+// Bytes of one statistic: (max, sum) forward, a sum backward, none for logsumexp backward.
+constexpr int ss_stat_bytes(SsKind k, DType t) {
+  const int a = t == DType::Float64 ? 8 : 4;
+  return k <= SsKind::LseFwd ? 2 * a : k == SsKind::LseBwd ? 0 : a;
+}
+
+constexpr int kSsBlock = 256;
+constexpr int kSsSlabBytes = 64;  // bytes of a row a block stages when inner is wider
+constexpr int64_t kSsSmemBudget = 47 * 1024;
+constexpr int64_t kSsMaxItems = 8192;  // tile-relative segment ends fit uint16
+constexpr int64_t kSsIndex32Limit = int64_t(1) << 31;
+
+// Test hook: plan every CUDA ragged softmax call with 64-bit indices, so the i64
+// kernels also run on small inputs (under compute-sanitizer, against the
+// reference). The boundary tests past 2^32 elements reach them without it.
+inline std::atomic<bool>& segment_softmax_force_index64() {
+  static std::atomic<bool> force{false};
+  return force;
+}
+
+struct SegmentSoftmaxGeometry {
+  SsKind kind = SsKind::SoftmaxFwd;
+  int vec = 1;           // V: features per lane in the walk (shared-memory vector)
+  int cvec = 1;          // elements per global vector load/store (16 bytes), 1 when unaligned
+  int lanes = 1;         // G: lanes per row, a power of two <= 32
+  int64_t width = 1;     // W: features per slab (the shared-memory row stride)
+  int64_t slabs = 1;
+  bool contiguous = true;  // one slab: a tile is one contiguous range of memory
+  int64_t items = 0;     // T: merge items (rows + segment ends) per tile
+  int chunks = 0;        // block / G
+  int chunk_rows = 1;    // E (odd)
+  int block = kSsBlock;
+  int arrays = 1;
+  int stat_bytes = 0;
+  int64_t segs = 0, positions = 0, tiles = 0, grid = 0;
+  // Shared-memory layout (bytes): arrays at k * array_bytes, then ends, stats, keys.
+  int64_t array_bytes = 0, smem_ends = 0, smem_stats = 0, smem_keys = 0, smem_bytes = 0;
+  int index_bits = 64;
+};
+
+inline int64_t ss_round16(int64_t b) { return (b + 15) / 16 * 16; }
+
+inline void ss_layout(SegmentSoftmaxGeometry& g, int es) {
+  g.array_bytes = ss_round16((g.items * g.width + 16 / es) * es);
+  g.smem_ends = g.arrays * g.array_bytes;
+  g.smem_stats = g.smem_ends + ss_round16((g.items + 1) * 2);
+  g.smem_keys = g.smem_stats + ss_round16(int64_t(g.block) * g.vec * g.stat_bytes);
+  g.smem_bytes = g.smem_keys + int64_t(g.block) * 4;
+}
+
+// `aligned`: the data pointers are 16-byte aligned (the planner assumes they are;
+// the launcher passes the truth). `block`: threads per block (the launcher lowers
+// it when occupancy reports no resident block). `max_items`: a smaller tile, for
+// tests that need many tiles on small inputs (0: the shared-memory budget decides).
+inline SegmentSoftmaxGeometry segment_softmax_geometry(const SegmentSoftmaxProblem& p, bool aligned = true,
+                                                       int block = kSsBlock, int64_t max_items = 0) {
+  SegmentSoftmaxGeometry g;
+  g.kind = ss_kind(p.op, p.direction);
+  const int es = std::max(1, dtype_size(p.dtype));
+  const int64_t outer = std::max<int64_t>(p.outer, 0), L = std::max<int64_t>(p.axis_len, 0);
+  const int64_t F = std::max<int64_t>(p.inner, 1), S = std::max<int64_t>(p.num_segments, 0);
+  g.block = block;
+  g.arrays = ss_arrays(g.kind);
+  g.stat_bytes = ss_stat_bytes(g.kind, p.dtype);
+  // Walk vector: 4 features (2 for float64: 16 bytes) when inner allows; the
+  // statistics of V features live in registers, so V stays at 4.
+  const int vmax = es == 8 ? 2 : 4;
+  g.vec = F % vmax == 0 ? vmax : 1;
+  // Slabs of at most 64 bytes per row (two full 32-byte sectors): wide rows would
+  // leave a tile few rows (64 heads of float32 in one slab: 150), and the share of
+  // rows in segments that cross tile edges (read twice) grows as tiles shrink.
+  g.width = std::min<int64_t>(F, std::max(g.vec, kSsSlabBytes / es));
+  g.slabs = (F + g.width - 1) / g.width;
+  g.contiguous = g.slabs == 1;
+  int G = 1;
+  while (G < 32 && int64_t(G) * g.vec < g.width) G *= 2;
+  g.lanes = G;
+  const int c16 = 16 / es;
+  g.cvec = !aligned ? 1 : g.contiguous ? c16 : (F % c16 == 0 && g.width % c16 == 0 ? c16 : 1);
+  // Tile: the most items whose shared memory fits the budget.
+  const int64_t per_item = g.arrays * g.width * es + 2;
+  const int64_t fixed = g.arrays * 32 + 16 + ss_round16(int64_t(block) * g.vec * g.stat_bytes) + int64_t(block) * 4 + 16;
+  g.items = std::clamp<int64_t>((kSsSmemBudget - fixed) / per_item, 1, kSsMaxItems);
+  if (max_items > 0) g.items = std::min(g.items, max_items);
+  for (;;) {
+    ss_layout(g, es);
+    if (g.smem_bytes <= kSsSmemBudget || g.items == 1) break;
+    --g.items;
+  }
+  g.chunks = block / G;
+  g.chunk_rows = int((g.items + g.chunks - 1) / g.chunks) | 1;
+  g.segs = outer * (S + 1) + 1;
+  g.positions = outer * L;
+  const int64_t D = g.segs + g.positions;
+  g.tiles = (D + g.items - 1) / g.items;
+  g.grid = g.tiles * g.slabs;
+  // Largest index any kernel forms (see the header comment).
+  int64_t m = outer * L * F + 16;
+  m = std::max(m, outer * S * F + 1);
+  m = std::max(m, D + 2 * kSsMaxItems + 1);
+  m = std::max(m, (g.tiles + 1) * F + 256);
+  m = std::max(m, g.grid + 1);
+  g.index_bits = (m < kSsIndex32Limit && !segment_softmax_force_index64()) ? 32 : 64;
+  return g;
+}
+
+// The registered path a call runs (src/core/registry.cpp).
+inline std::string_view segment_softmax_cuda_path(SegmentSoftmaxOp op, Direction d, int index_bits) {
+  static constexpr std::string_view names[3][2][2] = {
+      {{"segment_softmax.fwd.cuda.tiles.i32", "segment_softmax.fwd.cuda.tiles.i64"},
+       {"segment_softmax.bwd.cuda.tiles.i32", "segment_softmax.bwd.cuda.tiles.i64"}},
+      {{"segment_log_softmax.fwd.cuda.tiles.i32", "segment_log_softmax.fwd.cuda.tiles.i64"},
+       {"segment_log_softmax.bwd.cuda.tiles.i32", "segment_log_softmax.bwd.cuda.tiles.i64"}},
+      {{"segment_logsumexp.fwd.cuda.tiles.i32", "segment_logsumexp.fwd.cuda.tiles.i64"},
+       {"segment_logsumexp.bwd.cuda.tiles.i32", "segment_logsumexp.bwd.cuda.tiles.i64"}},
+  };
+  return names[int(op)][d == Direction::Bwd ? 1 : 0][index_bits == 64 ? 1 : 0];
+}
+
+}  // namespace segred::detail

@@ -1,0 +1,705 @@
+// The block algorithm of the CUDA ragged softmax kernels (src/cuda/segment_softmax_kernels.cuh),
+// written as host/device phase functions: the CUDA kernels call the phases with
+// __syncthreads (and warp shuffles) between them, and a CPU test
+// (tests/cpp/test_segment_softmax_tiles.cpp) runs the very same functions thread
+// by thread, phase by phase, on every geometry, against the float64 reference.
+//
+// Work split: src/core/segment_softmax_geometry.h. One block per (tile, slab).
+//
+// Math (SEMANTICS.md, "segment softmax family"; include/segred/segment_softmax.h):
+//   forward statistics per (segment, feature): online (m, s), sum exp(x - m) = s;
+//     adding x: -inf adds nothing; x > m rescales s by exp(m - x); x == m adds 1
+//     (keeps +inf + +inf finite); else s += exp(x - m) (a NaN makes s NaN).
+//     Merging (m1, s1), (m2, s2): m = max, s = s1 r(m1, m) + s2 r(m2, m) with
+//     r(a, m) = 1 when a == m else exp(a - m). NaN rule: a segment with a NaN
+//     (s is NaN), a +inf (m = +inf) or only -inf (s == 0) gives NaN (softmax,
+//     log_softmax); logsumexp = s == 0 ? -inf : m + log s.
+//   backward statistic: sum g*y (softmax) or sum g (log_softmax); logsumexp
+//     backward needs none: gI = g_seg exp(x - y_seg).
+//
+// Phases of the main kernel (one block = one tile of `nrows` rows and `ns`
+// completed segments, tile-local segment k = merge segment i0 + k; k == ns is the
+// segment still open at the tile's end):
+//   stage       rows x slab features of each input -> shared memory (coalesced,
+//               16-byte vectors), and the tile-relative segment ends e[k].
+//   walk        thread (chunk c, feature lane fl) walks rows [c*E, c*E + E) for V
+//               features: statistics per segment; a segment that starts and ends
+//               inside the chunk is finished on the spot (its rows rewritten in
+//               place, or its logsumexp stored). Left: the partial of the chunk's
+//               first segment (if it closes in the chunk) and of the segment open
+//               at its end.
+//   scan        segmented inclusive scan over the chunks of each feature lane of
+//               (key = open segment or a unique negative per chunk, partial):
+//               shuffles inside a warp, warp totals through shared memory. Keys of
+//               equal value are contiguous, which makes the keyed combine
+//               associative. Exclusive value = chunk c-1's inclusive.
+//   publish     a chunk that closes a segment begun in an earlier chunk has its
+//               tile total: stored per chunk in shared memory (or as logsumexp);
+//               the tile's head (partial of segment 0 when it began in an earlier
+//               tile) and carry (partial of the open segment) go to global memory.
+//   edges       rows of first/open segments written from the totals.
+//   finish      copy-out of every row not deferred (below); logsumexp: -inf for
+//               the empty segments.
+// Segments crossing tile edges ("deferred": segment 0 begun earlier, the open
+// segment) are completed by segment_reduce's fix-up kernel from the heads and
+// carries (finish_crossing: the final statistic of the segment tile w completes,
+// at fin[w], or the logsumexp output), then the crossing pass rewrites their rows
+// (re-read from global memory). Ghost segments (outside every real segment) are
+// zeros in the tile itself.
+#pragma once
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "src/core/segment_softmax_geometry.h"
+#include "src/ops/reduce_ops.h"
+
+namespace segred::ops::ss {
+
+using detail::SsKind;
+
+// exp and log in the accumulation type. float on the device: exp2f(x * log2 e),
+// as the dense softmax (src/cuda/softmax_impl.cuh).
+SEGRED_HD float ss_exp(float x) {
+#if defined(__CUDA_ARCH__)
+  return exp2f(x * 1.4426950408889634f);
+#else
+  return std::exp(x);
+#endif
+}
+SEGRED_HD double ss_exp(double x) { return ::exp(x); }
+SEGRED_HD float ss_log(float x) { return ::logf(x); }
+SEGRED_HD double ss_log(double x) { return ::log(x); }
+
+template <class A> struct MS {
+  A m, s;  // no initialisers: usable in __shared__ arrays
+};
+
+// The statistic, its merge and the epilogues of one kind.
+template <SsKind K, class A>
+struct Pol {
+  static constexpr bool kFwd = K == SsKind::SoftmaxFwd || K == SsKind::LogSoftmaxFwd || K == SsKind::LseFwd;
+  static constexpr bool kLog = K == SsKind::LogSoftmaxFwd || K == SsKind::LogSoftmaxBwd;
+  static constexpr bool kRowOut = K != SsKind::LseFwd;   // writes data's shape
+  static constexpr bool kReduce = K != SsKind::LseBwd;   // has a per-segment statistic
+  static constexpr bool kDeferred = kRowOut && kReduce;  // crossing rows wait for the fix-up
+  static constexpr int kArrays = detail::ss_arrays(K);
+  using Stat = std::conditional_t<kFwd, MS<A>, A>;
+  struct Prep {
+    A a, b;
+  };
+  static constexpr A inf() { return std::numeric_limits<A>::infinity(); }
+
+  static SEGRED_HD Stat identity() {
+    if constexpr (kFwd) return Stat{-inf(), A(0)};
+    else return A(0);
+  }
+  static SEGRED_HD A rescale(A from, A to) { return from == to ? A(1) : ss_exp(from - to); }
+  static SEGRED_HD Stat combine(const Stat& a, const Stat& b) {
+    if constexpr (kFwd) {
+      const A m = a.m > b.m ? a.m : b.m;  // never NaN
+      return Stat{m, a.s * rescale(a.m, m) + b.s * rescale(b.m, m)};
+    } else {
+      return a + b;
+    }
+  }
+  // v0: x (forward) or g; v1: y (backward).
+  static SEGRED_HD void add(Stat& t, A v0, A v1) {
+    if constexpr (kFwd) {
+      if (v0 == -inf()) return;
+      if (v0 > t.m) {
+        t.s = t.s * ss_exp(t.m - v0) + A(1);
+        t.m = v0;
+      } else {
+        t.s += v0 == t.m ? A(1) : ss_exp(v0 - t.m);
+      }
+    } else if constexpr (kLog) {
+      t += v0;
+    } else {
+      t += v0 * v1;
+    }
+  }
+  // Per-segment constants of the row epilogue.
+  static SEGRED_HD Prep prep(const Stat& t) {
+    if constexpr (kFwd) {
+      const bool nan = !(t.s == t.s) || t.m == inf() || t.s == A(0);
+      return Prep{nan ? std::numeric_limits<A>::quiet_NaN() : t.m, kLog ? ss_log(t.s) : A(1) / t.s};
+    } else {
+      return Prep{t, A(0)};
+    }
+  }
+  static SEGRED_HD A apply(A v0, A v1, const Prep& p) {
+    if constexpr (K == SsKind::SoftmaxFwd) return ss_exp(v0 - p.a) * p.b;
+    else if constexpr (K == SsKind::LogSoftmaxFwd) return (v0 - p.a) - p.b;
+    else if constexpr (K == SsKind::SoftmaxBwd) return v1 * (v0 - p.a);
+    else return v0 - ss_exp(v1) * p.a;  // log_softmax backward
+  }
+  static SEGRED_HD A lse(const Stat& t) {
+    if constexpr (kFwd) return t.s == A(0) ? -inf() : t.m + ss_log(t.s);
+    else return A(0);
+  }
+};
+
+template <class T, int N> struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+// Everything a block needs, filled from the geometry by the launcher (or the test).
+template <class Idx>
+struct Params {
+  const void* in0 = nullptr;   // staged: x (forward, logsumexp backward) or g
+  const void* in1 = nullptr;   // staged: y (softmax / log_softmax backward)
+  const void* seg0 = nullptr;  // logsumexp backward: g and y, one value per segment
+  const void* seg1 = nullptr;
+  void* out = nullptr;         // data's shape, or one value per segment (logsumexp forward)
+  const Idx* q = nullptr;      // merge space: U + 1 offsets (segment_geometry.h)
+  const Idx* tile_i = nullptr;  // tiles + 1 tile starts
+  const Idx* tile_j = nullptr;
+  void* carry = nullptr;  // Stat[tiles * F]: partial of the segment open at the tile's end
+  void* head = nullptr;   // Stat[tiles * F]: partial of segment 0 when it began earlier
+  void* fin = nullptr;    // Stat[tiles * F]: final statistic of the segment tile w completes
+  Idx S = 0, U = 0, F = 1, tiles = 0, slabs = 1;
+  int width = 1, lanes = 1, chunk_rows = 1, cvec = 1;
+  bool contiguous = true;
+  int array_bytes = 0, smem_ends = 0, smem_stats = 0, smem_keys = 0;
+};
+
+template <class Idx>
+Params<Idx> params_of(const detail::SegmentSoftmaxGeometry& g, int64_t S, int64_t F) {
+  Params<Idx> p;
+  p.S = Idx(S);
+  p.U = Idx(g.segs);
+  p.F = Idx(F);
+  p.tiles = Idx(g.tiles);
+  p.slabs = Idx(g.slabs);
+  p.width = int(g.width);
+  p.lanes = g.lanes;
+  p.chunk_rows = g.chunk_rows;
+  p.cvec = g.cvec;
+  p.contiguous = g.contiguous;
+  p.array_bytes = int(g.array_bytes);
+  p.smem_ends = int(g.smem_ends);
+  p.smem_stats = int(g.smem_stats);
+  p.smem_keys = int(g.smem_keys);
+  return p;
+}
+
+// Merge segment v -> its output index o (row * S + s); false for a ghost.
+template <class Idx>
+SEGRED_HD bool real_segment(Idx v, Idx S, Idx U, Idx& o) {
+  if (v < 1 || v >= U) return false;
+  const Idx r = (v - 1) / (S + 1), s = (v - 1) - r * (S + 1);
+  o = r * S + s;
+  return s < S;
+}
+
+// The tile that completes merge segment v: the last w with tile_i[w] <= v.
+template <class Idx>
+SEGRED_HD Idx completing_tile(const Idx* tile_i, Idx tiles, Idx v) {
+  Idx lo = 1, hi = tiles;  // tile_i[tiles] = U > v
+  while (lo < hi) {
+    const Idx mid = lo + (hi - lo) / 2;
+    if (tile_i[mid] > v) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo - 1;
+}
+
+// First k in [0, n) with e[k] > a (n when none): the segment of tile row a.
+SEGRED_HD int first_end_after(const uint16_t* e, int n, int a) {
+  int lo = 0, hi = n;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (int(e[mid]) > a) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+template <class Idx>
+struct Tile {
+  Idx w = 0, i0 = 0, j0 = 0, i1 = 0, j1 = 0, f0 = 0;
+  int wr = 0, ns = 0, nrows = 0, pad = 0;
+  bool cross_in = false;  // segment i0 began before the tile
+};
+
+template <class Idx>
+SEGRED_HD Tile<Idx> tile_of(const Params<Idx>& p, Idx bid) {
+  Tile<Idx> t;
+  t.w = bid / p.slabs;
+  const Idx slab = bid - t.w * p.slabs;
+  t.i0 = p.tile_i[t.w];
+  t.j0 = p.tile_j[t.w];
+  t.i1 = p.tile_i[t.w + 1];
+  t.j1 = p.tile_j[t.w + 1];
+  t.f0 = slab * Idx(p.width);
+  t.wr = int(p.F - t.f0 < Idx(p.width) ? p.F - t.f0 : Idx(p.width));
+  t.ns = int(t.i1 - t.i0);
+  t.nrows = int(t.j1 - t.j0);
+  t.cross_in = p.q[t.i0] < t.j0;
+  t.pad = p.contiguous && p.cvec > 1 ? int((t.j0 * p.F) % Idx(p.cvec)) : 0;
+  return t;
+}
+
+// Shared memory of a block (layout: SegmentSoftmaxGeometry).
+struct Smem {
+  unsigned char* base;
+  int array_bytes, ends_at, stats_at, keys_at;
+  template <class Idx>
+  SEGRED_HD Smem(unsigned char* b, const Params<Idx>& p)
+      : base(b), array_bytes(p.array_bytes), ends_at(p.smem_ends), stats_at(p.smem_stats), keys_at(p.smem_keys) {}
+  template <class T> SEGRED_HD T* array(int k) const { return reinterpret_cast<T*>(base + k * array_bytes); }
+  SEGRED_HD uint16_t* ends() const { return reinterpret_cast<uint16_t*>(base + ends_at); }
+  template <class S> SEGRED_HD S* stats() const { return reinterpret_cast<S*>(base + stats_at); }
+  SEGRED_HD int* keys() const { return reinterpret_cast<int*>(base + keys_at); }
+};
+
+// ---------------------------------------------------------------- staging
+
+template <class T, bool Load>
+SEGRED_HD void move1(T* g, T* s) {
+  if (Load) *s = *g;
+  else *g = *s;
+}
+template <class T, int N, bool Load>
+SEGRED_HD void moveN(T* g, T* s) {
+  using VT = Vec<T, N>;
+  if (Load) *reinterpret_cast<VT*>(s) = *reinterpret_cast<const VT*>(g);
+  else *reinterpret_cast<VT*>(g) = *reinterpret_cast<const VT*>(s);
+}
+
+// Rows [r_lo, r_hi) of the tile's slab between the tensor `g` and the staged array
+// `s` (Load: g -> s), the block's threads cooperating. Element (r, f) is staged at
+// pad + r*W + f; in the contiguous layout that is pad + (e - j0*F) for global
+// element e, congruent to e modulo the vector width, so 16-byte vectors line up
+// on both sides (scalars at the unaligned ends).
+template <class T, bool Load, class Idx>
+SEGRED_HD void copy_rows(const Params<Idx>& p, const Tile<Idx>& t, T* g, T* s, int r_lo, int r_hi, int tid,
+                         int nthr) {
+  constexpr int VC = 16 / int(sizeof(T));
+  if (r_lo >= r_hi) return;
+  if (p.contiguous) {
+    const Idx E0 = t.j0 * p.F, a = E0 + Idx(r_lo) * p.F, b = E0 + Idx(r_hi) * p.F;
+    auto slot = [&](Idx e) { return s + (t.pad + int(e - E0)); };
+    if (p.cvec > 1) {
+      Idx va = (a + VC - 1) / VC * VC, vb = b / VC * VC;
+      if (va > b) va = b;
+      if (vb < va) vb = va;
+      const int nhead = int(va - a), nscalar = nhead + int(b - vb);
+      for (int k = tid; k < nscalar; k += nthr) {
+        const Idx e = k < nhead ? a + Idx(k) : vb + Idx(k - nhead);
+        move1<T, Load>(g + e, slot(e));
+      }
+      const int nv = int((vb - va) / VC);
+      for (int k = tid; k < nv; k += nthr) {
+        const Idx e = va + Idx(k) * VC;
+        moveN<T, VC, Load>(g + e, slot(e));
+      }
+    } else {
+      const int n = int(b - a);
+      for (int k = tid; k < n; k += nthr) move1<T, Load>(g + a + Idx(k), slot(a + Idx(k)));
+    }
+    return;
+  }
+  // Slabs: one row segment of wr features per row (vectors when cvec > 1: the
+  // launcher checks inner % cvec == 0 and W % cvec == 0).
+  const int rv = p.cvec, per = t.wr / rv, n = (r_hi - r_lo) * per;
+  for (int k = tid; k < n; k += nthr) {
+    const int rr = k / per, c = (k - rr * per) * rv, r = r_lo + rr;
+    T* gp = g + ((t.j0 + Idx(r)) * p.F + t.f0 + Idx(c));
+    T* sp = s + (r * p.width + c);
+    if (rv > 1) moveN<T, VC, Load>(gp, sp);
+    else move1<T, Load>(gp, sp);
+  }
+}
+
+// Stage every input array and the tile-relative segment ends.
+template <SsKind K, class T, class Idx>
+SEGRED_HD void stage(const Params<Idx>& p, const Tile<Idx>& t, const Smem& sm, int tid, int nthr) {
+  copy_rows<T, true>(p, t, const_cast<T*>(static_cast<const T*>(p.in0)), sm.array<T>(0), 0, t.nrows, tid, nthr);
+  if constexpr (detail::ss_arrays(K) == 2)
+    copy_rows<T, true>(p, t, const_cast<T*>(static_cast<const T*>(p.in1)), sm.array<T>(1), 0, t.nrows, tid, nthr);
+  uint16_t* e = sm.ends();
+  for (int k = tid; k < t.ns; k += nthr) e[k] = uint16_t(p.q[t.i0 + Idx(k) + 1] - t.j0);
+}
+
+// ---------------------------------------------------------------- rows in shared memory
+
+template <class T, class A, class Cv, int V>
+SEGRED_HD void read_row(const T* s, int idx, A (&v)[V]) {
+  if constexpr (V == 1) {
+    v[0] = Cv::ld(s[idx]);
+  } else {
+    const Vec<T, V> w = *reinterpret_cast<const Vec<T, V>*>(s + idx);
+    for (int i = 0; i < V; ++i) v[i] = Cv::ld(w.v[i]);
+  }
+}
+template <class T, class A, class Cv, int V>
+SEGRED_HD void write_row(T* s, int idx, const A (&v)[V]) {
+  if constexpr (V == 1) {
+    s[idx] = Cv::st(v[0]);
+  } else {
+    Vec<T, V> w;
+    for (int i = 0; i < V; ++i) w.v[i] = Cv::st(v[i]);
+    *reinterpret_cast<Vec<T, V>*>(s + idx) = w;
+  }
+}
+
+// Rows [r0, r1) of one segment for this lane's V features, rewritten in place
+// (array 0) from its final statistics, or zeros for a ghost.
+template <SsKind K, class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void write_segment_rows(const Params<Idx>& p, const Tile<Idx>& t, const Smem& sm, int fl, int r0, int r1,
+                                  bool real, const typename Pol<K, A>::Stat (&st)[V]) {
+  using P = Pol<K, A>;
+  T* s0 = sm.array<T>(0);
+  const T* s1 = sm.array<T>(P::kArrays - 1);
+  typename P::Prep pr[V];
+  if (real)
+    for (int i = 0; i < V; ++i) pr[i] = P::prep(st[i]);
+  for (int r = r0; r < r1; ++r) {
+    const int idx = t.pad + r * p.width + fl * V;
+    A o[V];
+    if (real) {
+      A v0[V], v1[V];
+      read_row<T, A, Cv, V>(s0, idx, v0);
+      if constexpr (P::kArrays == 2) read_row<T, A, Cv, V>(s1, idx, v1);
+      else
+        for (int i = 0; i < V; ++i) v1[i] = A(0);
+      for (int i = 0; i < V; ++i) o[i] = P::apply(v0[i], v1[i], pr[i]);
+    } else {
+      for (int i = 0; i < V; ++i) o[i] = A(0);
+    }
+    write_row<T, A, Cv, V>(s0, idx, o);
+  }
+}
+
+// logsumexp of merge segment v for this lane's V features (nothing for a ghost).
+template <SsKind K, class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void write_lse(const Params<Idx>& p, const Tile<Idx>& t, int fl, Idx v,
+                         const typename Pol<K, A>::Stat (&st)[V]) {
+  Idx o;
+  if (!real_segment(v, p.S, p.U, o)) return;
+  T* out = static_cast<T*>(p.out) + (o * p.F + t.f0 + Idx(fl * V));
+  for (int i = 0; i < V; ++i) out[i] = Cv::st(Pol<K, A>::lse(st[i]));
+}
+
+// ---------------------------------------------------------------- walk and scan
+
+template <class Stat, int V>
+struct Lane {
+  int a = 0, b = 0;                  // rows [a, b) of this thread's chunk
+  int kf = 0, kl = 0;                // segment of row a; segment open at the chunk's end
+  int first_end = 0, last_start = 0;  // rows [a, first_end) of kf; [last_start, b) of kl
+  bool active = false, first_closed = false, last_open = false;
+  int key = 0, xkey = 0;  // scan key; exclusive (chunk c - 1) key
+  Stat pf[V];             // partial of kf; after publish its tile total
+  Stat sv[V];             // partial of kl; after the scan the inclusive value
+  Stat xv[V];             // exclusive value
+};
+
+template <SsKind K, class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void walk(Lane<typename Pol<K, A>::Stat, V>& ln, const Params<Idx>& p, const Tile<Idx>& t,
+                    const Smem& sm, int tid) {
+  using P = Pol<K, A>;
+  using Stat = typename P::Stat;
+  const int G = p.lanes, c = tid / G, fl = tid - c * G;
+  ln.a = c * p.chunk_rows;
+  ln.b = ln.a + p.chunk_rows < t.nrows ? ln.a + p.chunk_rows : t.nrows;
+  ln.active = ln.a < ln.b && fl * V < t.wr;
+  ln.first_closed = ln.last_open = false;
+  ln.key = -(c + 1);  // unique per chunk: matches no neighbour
+  for (int i = 0; i < V; ++i) ln.pf[i] = ln.sv[i] = P::identity();
+  if (!ln.active) return;
+  const uint16_t* e = sm.ends();
+  const T* s0 = sm.array<T>(0);
+  const T* s1 = sm.array<T>(P::kArrays - 1);
+  int k = first_end_after(e, t.ns, ln.a), start = ln.a;
+  Stat cur[V];
+  for (int i = 0; i < V; ++i) cur[i] = P::identity();
+  for (int r = ln.a; r < ln.b; ++r) {
+    const int idx = t.pad + r * p.width + fl * V;
+    A v0[V], v1[V];
+    read_row<T, A, Cv, V>(s0, idx, v0);
+    if constexpr (P::kArrays == 2) read_row<T, A, Cv, V>(s1, idx, v1);
+    else
+      for (int i = 0; i < V; ++i) v1[i] = A(0);
+    for (int i = 0; i < V; ++i) P::add(cur[i], v0[i], v1[i]);
+    if (k < t.ns && int(e[k]) == r + 1) {  // segment k ends after row r
+      if (start == ln.a) {
+        ln.first_closed = true;
+        ln.kf = k;
+        ln.first_end = r + 1;
+        for (int i = 0; i < V; ++i) ln.pf[i] = cur[i];
+      } else if constexpr (K == SsKind::LseFwd) {
+        write_lse<K, T, A, Cv, V>(p, t, fl, t.i0 + Idx(k), cur);
+      } else {
+        Idx o;
+        write_segment_rows<K, T, A, Cv, V>(p, t, sm, fl, start, r + 1, real_segment(t.i0 + Idx(k), p.S, p.U, o),
+                                           cur);
+      }
+      ++k;
+      while (k < t.ns && int(e[k]) == r + 1) ++k;  // empty segments
+      start = r + 1;
+      for (int i = 0; i < V; ++i) cur[i] = P::identity();
+    }
+  }
+  ln.last_open = start < ln.b;
+  ln.kl = k;
+  ln.last_start = start;
+  if (!ln.first_closed) ln.kf = k;
+  if (ln.last_open) {
+    ln.key = k;
+    for (int i = 0; i < V; ++i) ln.sv[i] = cur[i];
+  }
+}
+
+// One Hillis-Steele step: the partial of the chunk `d` chunks earlier (nkey, nv).
+template <SsKind K, class A, int V>
+SEGRED_HD void scan_take(Lane<typename Pol<K, A>::Stat, V>& ln, int nkey, const typename Pol<K, A>::Stat (&nv)[V],
+                         bool valid) {
+  if (!valid || nkey != ln.key) return;
+  for (int i = 0; i < V; ++i) ln.sv[i] = Pol<K, A>::combine(nv[i], ln.sv[i]);
+}
+
+// The last chunk of each warp publishes its warp-inclusive value.
+template <SsKind K, class A, int V>
+SEGRED_HD void warp_total_out(const Lane<typename Pol<K, A>::Stat, V>& ln, const Smem& sm, int tid, int G) {
+  using Stat = typename Pol<K, A>::Stat;
+  const int lane = tid & 31, warp = tid >> 5;
+  if (lane < 32 - G) return;
+  const int slot = warp * G + (lane - (32 - G));
+  sm.keys()[slot] = ln.key;
+  for (int i = 0; i < V; ++i) sm.stats<Stat>()[slot * V + i] = ln.sv[i];
+}
+
+// Carry from the earlier warps (k0: key of this warp's first chunk for this
+// feature lane); leaves it as the exclusive value (right for the warp's first chunk).
+template <SsKind K, class A, int V>
+SEGRED_HD void warp_carry_in(Lane<typename Pol<K, A>::Stat, V>& ln, const Smem& sm, int tid, int G, int k0) {
+  using P = Pol<K, A>;
+  using Stat = typename P::Stat;
+  const int warp = tid >> 5, fl = tid % G;
+  const int* keys = sm.keys();
+  const Stat* st = sm.stats<Stat>();
+  int ck = INT_MIN;
+  Stat cv[V];
+  for (int i = 0; i < V; ++i) cv[i] = P::identity();
+  for (int w = 0; w < warp; ++w) {
+    const int slot = w * G + fl;
+    if (keys[slot] == ck) {
+      for (int i = 0; i < V; ++i) cv[i] = P::combine(cv[i], st[slot * V + i]);
+    } else {
+      ck = keys[slot];
+      for (int i = 0; i < V; ++i) cv[i] = st[slot * V + i];
+    }
+  }
+  if (ck == ln.key && k0 == ln.key)
+    for (int i = 0; i < V; ++i) ln.sv[i] = P::combine(cv[i], ln.sv[i]);
+  ln.xkey = ck;
+  for (int i = 0; i < V; ++i) ln.xv[i] = cv[i];
+}
+
+// Tile totals of the segments chunks close; head and carry of the tile.
+template <SsKind K, class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void publish(Lane<typename Pol<K, A>::Stat, V>& ln, const Params<Idx>& p, const Tile<Idx>& t,
+                       const Smem& sm, int tid) {
+  using P = Pol<K, A>;
+  using Stat = typename P::Stat;
+  const int G = p.lanes, c = tid / G, fl = tid - c * G;
+  Stat* carry = static_cast<Stat*>(p.carry);
+  Stat* head = static_cast<Stat*>(p.head);
+  const Idx at = t.w * p.F + t.f0 + Idx(fl * V);
+  if (c == 0 && fl * V < t.wr) {  // what no chunk's walk can write
+    if (t.nrows == 0)
+      for (int i = 0; i < V; ++i) carry[at + i] = P::identity();
+    if (t.ns > 0 && t.cross_in && sm.ends()[0] == 0)
+      for (int i = 0; i < V; ++i) head[at + i] = P::identity();
+  }
+  if (!ln.active) return;
+  if (ln.first_closed) {
+    if (ln.xkey == ln.kf)
+      for (int i = 0; i < V; ++i) ln.pf[i] = P::combine(ln.xv[i], ln.pf[i]);
+    if (ln.kf == 0 && t.cross_in) {
+      for (int i = 0; i < V; ++i) head[at + i] = ln.pf[i];
+    } else if constexpr (K == SsKind::LseFwd) {
+      write_lse<K, T, A, Cv, V>(p, t, fl, t.i0 + Idx(ln.kf), ln.pf);
+    } else {
+      for (int i = 0; i < V; ++i) sm.stats<Stat>()[tid * V + i] = ln.pf[i];
+    }
+  }
+  if (ln.b == t.nrows)
+    for (int i = 0; i < V; ++i) carry[at + i] = ln.last_open ? ln.sv[i] : P::identity();
+}
+
+// Rows of the chunk's first and open segments (row-output kinds).
+template <SsKind K, class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void write_edges(const Lane<typename Pol<K, A>::Stat, V>& ln, const Params<Idx>& p, const Tile<Idx>& t,
+                           const Smem& sm, int tid) {
+  using Stat = typename Pol<K, A>::Stat;
+  if (!ln.active) return;
+  const int fl = tid % p.lanes;
+  auto deferred = [&](int k) { return k == t.ns || (k == 0 && t.cross_in); };
+  Idx o;
+  if (ln.first_closed) {
+    const bool real = real_segment(t.i0 + Idx(ln.kf), p.S, p.U, o);
+    if (!real || !deferred(ln.kf))
+      write_segment_rows<K, T, A, Cv, V>(p, t, sm, fl, ln.a, ln.first_end, real, ln.pf);
+  }
+  if (ln.last_open) {
+    const bool real = real_segment(t.i0 + Idx(ln.kl), p.S, p.U, o);
+    if (!real) {
+      write_segment_rows<K, T, A, Cv, V>(p, t, sm, fl, ln.last_start, ln.b, false, ln.sv);
+    } else if (!deferred(ln.kl)) {
+      const int cend = (int(sm.ends()[ln.kl]) - 1) / p.chunk_rows;  // the chunk that closes kl
+      Stat tot[V];
+      for (int i = 0; i < V; ++i) tot[i] = sm.stats<Stat>()[(cend * p.lanes + fl) * V + i];
+      write_segment_rows<K, T, A, Cv, V>(p, t, sm, fl, ln.last_start, ln.b, true, tot);
+    }
+  }
+}
+
+// Copy-out of the tile's finished rows; logsumexp: the empty segments.
+template <SsKind K, class T, class A, class Cv, class Idx>
+SEGRED_HD void finish_tile(const Params<Idx>& p, const Tile<Idx>& t, const Smem& sm, int tid, int nthr) {
+  using P = Pol<K, A>;
+  const uint16_t* e = sm.ends();
+  Idx o;
+  if constexpr (K == SsKind::LseFwd) {
+    T* out = static_cast<T*>(p.out);
+    for (int k = tid; k < t.ns * t.wr; k += nthr) {
+      const int s = k / t.wr, f = k - s * t.wr;
+      const Idx start = s == 0 ? p.q[t.i0] - t.j0 : Idx(e[s - 1]);
+      if (start == Idx(e[s]) && real_segment(t.i0 + Idx(s), p.S, p.U, o))
+        out[o * p.F + t.f0 + Idx(f)] = Cv::st(-P::inf());
+    }
+  } else {
+    int lo = 0, hi = t.nrows;
+    if constexpr (P::kDeferred) {
+      if (t.ns == 0) {
+        if (real_segment(t.i0, p.S, p.U, o)) hi = 0;
+      } else {
+        if (t.cross_in && real_segment(t.i0, p.S, p.U, o)) lo = e[0];
+        if (real_segment(t.i1, p.S, p.U, o)) hi = e[t.ns - 1];
+      }
+    }
+    copy_rows<T, false>(p, t, static_cast<T*>(p.out), sm.array<T>(0), lo, hi, tid, nthr);
+  }
+}
+
+// logsumexp backward: no statistic; every row from its segment's g and y.
+template <class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void walk_lse_bwd(const Params<Idx>& p, const Tile<Idx>& t, const Smem& sm, int tid) {
+  const int G = p.lanes, c = tid / G, fl = tid - c * G;
+  const int a = c * p.chunk_rows, b = a + p.chunk_rows < t.nrows ? a + p.chunk_rows : t.nrows;
+  if (a >= b || fl * V >= t.wr) return;
+  const uint16_t* e = sm.ends();
+  T* s0 = sm.array<T>(0);
+  int k = first_end_after(e, t.ns, a);
+  A gs[V], ys[V];
+  bool real = false;
+  auto load = [&] {
+    Idx o;
+    real = real_segment(t.i0 + Idx(k), p.S, p.U, o);
+    if (!real) return;
+    const Idx at = o * p.F + t.f0 + Idx(fl * V);
+    for (int i = 0; i < V; ++i) {
+      gs[i] = Cv::ld(static_cast<const T*>(p.seg0)[at + i]);
+      ys[i] = Cv::ld(static_cast<const T*>(p.seg1)[at + i]);
+    }
+  };
+  load();
+  for (int r = a; r < b; ++r) {
+    const int idx = t.pad + r * p.width + fl * V;
+    A v[V], o[V];
+    read_row<T, A, Cv, V>(s0, idx, v);
+    for (int i = 0; i < V; ++i) o[i] = real ? gs[i] * ss_exp(v[i] - ys[i]) : A(0);
+    write_row<T, A, Cv, V>(s0, idx, o);
+    if (k < t.ns && int(e[k]) == r + 1) {
+      ++k;
+      while (k < t.ns && int(e[k]) == r + 1) ++k;
+      if (r + 1 < b) load();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- crossing segments
+
+// The final statistic of crossing merge segment v (called by the fix-up for
+// the tile that completes it): logsumexp's output, else fin[that tile].
+template <SsKind K, class T, class A, class Cv, class Idx>
+SEGRED_HD void finish_crossing(const Params<Idx>& p, Idx v, Idx f, const typename Pol<K, A>::Stat& acc) {
+  using P = Pol<K, A>;
+  if constexpr (K == SsKind::LseFwd) {
+    Idx o;
+    if (real_segment(v, p.S, p.U, o)) static_cast<T*>(p.out)[o * p.F + f] = Cv::st(P::lse(acc));
+  } else {
+    static_cast<typename P::Stat*>(p.fin)[completing_tile(p.tile_i, p.tiles, v) * p.F + f] = acc;
+  }
+}
+
+// Row ranges of the tile that belong to real crossing segments, and the tiles
+// whose fin holds their statistics.
+template <class Idx>
+struct Crossing {
+  int n = 0;
+  int lo[2] = {0, 0}, hi[2] = {0, 0};
+  Idx wc[2] = {0, 0};
+};
+
+template <class Idx>
+SEGRED_HD Crossing<Idx> crossing_ranges(const Params<Idx>& p, const Tile<Idx>& t) {
+  Crossing<Idx> c;
+  Idx o;
+  if (t.ns > 0 && t.cross_in && real_segment(t.i0, p.S, p.U, o)) {
+    const int hi = int(p.q[t.i0 + 1] - t.j0);
+    if (hi > 0) {
+      c.lo[c.n] = 0;
+      c.hi[c.n] = hi;
+      c.wc[c.n++] = t.w;
+    }
+  }
+  if (real_segment(t.i1, p.S, p.U, o)) {
+    const Idx lo = p.q[t.i1] > t.j0 ? p.q[t.i1] - t.j0 : Idx(0);
+    if (lo < Idx(t.nrows)) {
+      c.lo[c.n] = int(lo);
+      c.hi[c.n] = t.nrows;
+      c.wc[c.n++] = completing_tile(p.tile_i, p.tiles, t.i1);
+    }
+  }
+  return c;
+}
+
+// Per (range, slab feature) epilogue constants, into `prep` (2 * width entries).
+template <SsKind K, class A, class Idx>
+SEGRED_HD void crossing_prep(const Params<Idx>& p, const Tile<Idx>& t, const Crossing<Idx>& c,
+                             typename Pol<K, A>::Prep* prep, int tid, int nthr) {
+  using P = Pol<K, A>;
+  const auto* fin = static_cast<const typename P::Stat*>(p.fin);
+  for (int k = tid; k < c.n * t.wr; k += nthr) {
+    const int r = k / t.wr, f = k - r * t.wr;
+    prep[k] = P::prep(fin[c.wc[r] * p.F + t.f0 + Idx(f)]);
+  }
+}
+
+template <SsKind K, class T, class A, class Cv, class Idx>
+SEGRED_HD void crossing_apply(const Params<Idx>& p, const Tile<Idx>& t, const Crossing<Idx>& c,
+                              const typename Pol<K, A>::Prep* prep, int tid, int nthr) {
+  using P = Pol<K, A>;
+  const T* in0 = static_cast<const T*>(p.in0);
+  const T* in1 = static_cast<const T*>(P::kArrays == 2 ? p.in1 : p.in0);
+  T* out = static_cast<T*>(p.out);
+  for (int r = 0; r < c.n; ++r) {
+    const int n = (c.hi[r] - c.lo[r]) * t.wr;
+    const Idx base = (t.j0 + Idx(c.lo[r])) * p.F + t.f0;
+    for (int k = tid; k < n; k += nthr) {
+      const int rr = t.wr == 1 ? k : k / t.wr, f = k - rr * t.wr;
+      const Idx at = base + Idx(rr) * p.F + Idx(f);
+      const A v1 = P::kArrays == 2 ? A(Cv::ld(in1[at])) : A(0);
+      out[at] = Cv::st(P::apply(Cv::ld(in0[at]), v1, prep[r * t.wr + f]));
+    }
+  }
+}
+
+}  // namespace segred::ops::ss
