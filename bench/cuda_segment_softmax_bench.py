@@ -103,11 +103,39 @@ def seg_bwd(c, g, y):
 
 
 def check(name, got, want, dtype):
-    tol = dict(rtol=2e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=3e-2, atol=2e-3)
-    ok = torch.allclose(got.float(), want.float(), **tol)
-    err = (got.float() - want.float()).abs().max().item()
-    print(f"  validate {name}: {'ok' if ok else 'MISMATCH'} (max abs err {err:.3g})", flush=True)
+    """got (segred, dtype) against want (the composition in float64): the rounding
+    of the output type plus float32 accumulation."""
+    got, want = got.double(), want.double()
+    tol = dict(rtol=1e-4, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-4)
+    bad = ~torch.isclose(got, want, **tol)
+    ok = not bool(bad.any())
+    err = (got - want).abs().max().item()
+    msg = f"  validate {name}: {'ok' if ok else 'MISMATCH'} (max abs err {err:.3g}"
+    if not ok:
+        i = int(bad.flatten().nonzero()[0])
+        msg += f"; {int(bad.sum())} elements off, first at {i}: {got.flatten()[i].item()} vs {want.flatten()[i].item()}"
+    print(msg + ")", flush=True)
     return ok
+
+
+def kernel_breakdown(name, fn):
+    """CUDA time per kernel of a few calls (torch profiler / CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t > 0:
+            rows.append((t / 3, e.count // 3, e.key))
+    rows.sort(reverse=True)
+    print(f"  kernels of one {name} call (us, launches, name):", flush=True)
+    for t, n, k in rows[:8]:
+        print(f"    {t:9.1f}  {n}  {k[:110]}", flush=True)
 
 
 def run_case(c, rows):
@@ -115,24 +143,29 @@ def run_case(c, rows):
     dn = str(dt).replace("torch.", "")
     print(f"{name} {dn}: E={c['E']} nodes={c['N']} heads={c['H']} ({x.numel() * x.element_size() / 1e6:.0f} MB)",
           flush=True)
-    # Validation first: segred vs the composition (forward; backward on the same g, y).
+    # Validation first: segred vs the composition computed in float64 on the same
+    # inputs (forward; backward on segred's y and the same g).
     y = seg_fwd(c)
     ok = True
-    # Nodes without edges have no output in either; compare every edge.
-    y_ref = pyg_softmax(x.float(), c["index"], c["N"]).to(dt) if dt != torch.float32 else pyg_softmax(x, c["index"], c["N"])
+    y_ref = pyg_softmax(x.double(), c["index"], c["N"])  # nodes without edges have no output
     ok &= check(f"{name} {dn} fwd", y, y_ref, dt)
+    del y_ref
     g = (torch.randn(x.shape, device="cuda", dtype=torch.float32) * 1.5).to(dt)  # every sign, not 1
     gi = seg_bwd(c, g, y)
-    xr = x.float().detach().requires_grad_()
-    yr = pyg_softmax(xr, c["index"], c["N"])
-    (gi_ref,) = torch.autograd.grad(yr, xr, g.float())
-    ok &= check(f"{name} {dn} bwd", gi, gi_ref.to(dt), dt)
+    # softmax backward y * (g - sum_segment(g * y)), in float64
+    yd, gd = y.double(), g.double()
+    sums = torch.zeros((c["N"],) + tuple(x.shape[1:]), dtype=torch.float64, device="cuda").index_add_(
+        0, c["index"], gd * yd)
+    ok &= check(f"{name} {dn} bwd", gi, yd * (gd - sums.index_select(0, c["index"])), dt)
+    del yd, gd, sums, gi
     with segred.trace() as t:
         seg_fwd(c)
         seg_bwd(c, g, y)
-    paths = sorted({r.path for r in t.records})
-    print(f"  paths: {paths}", flush=True)
-    del yr, xr, gi_ref, y_ref
+    launches = sorted({(r.path, tuple(r.grid), tuple(r.block)) for r in t.records})
+    print(f"  launches (path, grid, block): {launches}", flush=True)
+    if c.get("profile"):
+        kernel_breakdown("forward", lambda: seg_fwd(c))
+        kernel_breakdown("backward", lambda: seg_bwd(c, g, y))
     torch.cuda.empty_cache()
     # Floor: a copy of the data's bytes (2 x bytes moved), measured now.
     src = torch.empty_like(x)
@@ -189,6 +222,7 @@ def main():
     all_ok = True
     for i, (name, deg, H, dt) in enumerate(cases):
         c = make_case(name, deg, H, dt, seed=i)
+        c["profile"] = i in (0, 2, 4)  # GAT 8 heads fp32, 1 head, 1 x 2^26 fp32: where the time goes
         try:
             all_ok &= run_case(c, rows)
         except torch.cuda.OutOfMemoryError as e:  # the composition's temporaries

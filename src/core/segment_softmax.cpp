@@ -88,14 +88,6 @@ void segment_softmax_out(SegmentSoftmaxOp op, const TensorView& data, const Segm
   const Plan plan = plan_segment_softmax(problem(op, Direction::Fwd, lay, data));
   if (detail::backend_of(data) == Backend::CUDA) {  // validates the device metadata even when out is empty
 #ifdef SEGRED_WITH_CUDA
-    // Known defect (H200, session 2, issue #8): the CUDA logsumexp forward of a
-    // segment spanning many tiles (one of 2^26 beside 2^20 of 1) differed from the
-    // CPU backend (19.94 for 19.83); softmax and log_softmax on the same layout and
-    // every backward were right. Refused until fixed and re-verified, rather than
-    // returning a wrong value.
-    SEGRED_CHECK(op != SegmentSoftmaxOp::LogSumExp, DeviceError, name,
-                 ": the CUDA forward is disabled in this build (a known defect on long segments, issue #8); "
-                 "compute it on the CPU");
     cuda::segment_softmax_fwd(plan, op, lay, seg, data, out, current_stream());  // the caller's stream
     return;
 #else

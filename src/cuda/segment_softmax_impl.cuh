@@ -103,13 +103,17 @@ __global__ void __launch_bounds__(256, 4) tile_kernel(tiles::Params<Idx> p) {
     tiles::Lane<Stat, V> ln;
     tiles::walk<K, D, A, Cv, V>(ln, p, t, sm, tid);
     // Segmented scan over the chunks of each feature lane: inside the warp ...
+    // (values move only when a lane of the warp takes them: most chunks' keys differ)
     const int G = p.lanes, lane = tid & 31;
     for (int d = G; d < 32; d <<= 1) {
       const int nk = __shfl_up_sync(kFull, ln.key, d);
-      Stat nv[V];
+      const bool take = lane >= d && nk == ln.key;
+      if (__any_sync(kFull, take)) {
+        Stat nv[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) nv[i] = shfl_up_stat(ln.sv[i], d);
-      tiles::scan_take<K, A, V>(ln, nk, nv, lane >= d);
+        for (int i = 0; i < V; ++i) nv[i] = shfl_up_stat(ln.sv[i], d);
+        tiles::scan_take<K, A, V>(ln, nk, nv, take);
+      }
     }
     // ... then across warps through shared memory.
     tiles::warp_total_out<K, A, V>(ln, sm, tid, G);
@@ -118,13 +122,15 @@ __global__ void __launch_bounds__(256, 4) tile_kernel(tiles::Params<Idx> p) {
     tiles::warp_carry_in<K, A, V>(ln, sm, tid, G, k0);
     if (G < 32) {  // exclusive value: chunk c - 1's inclusive (the warp's first chunk keeps the carry)
       const int nk = __shfl_up_sync(kFull, ln.key, G);
-      Stat nv[V];
+      if (lane >= G) ln.xkey = nk;
+      const bool need = lane >= G && ln.first_closed && nk == ln.kf;  // the only use of xv (publish)
+      if (__any_sync(kFull, need)) {
+        Stat nv[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) nv[i] = shfl_up_stat(ln.sv[i], G);
-      if (lane >= G) {
-        ln.xkey = nk;
+        for (int i = 0; i < V; ++i) nv[i] = shfl_up_stat(ln.sv[i], G);
+        if (lane >= G)
 #pragma unroll
-        for (int i = 0; i < V; ++i) ln.xv[i] = nv[i];
+          for (int i = 0; i < V; ++i) ln.xv[i] = nv[i];
       }
     }
     __syncthreads();  // the warp totals are read: publish reuses their shared memory

@@ -32,6 +32,13 @@ struct OnlineLse {
       s += std::exp(x - m);
     }
   }
+  // Merges the state of another run of values (a block of the same segment).
+  SEGRED_HD void merge(const OnlineLse& o) {
+    bad = bad || o.bad;
+    const A mm = o.m > m ? o.m : m;
+    s = s * (m == mm ? A(1) : std::exp(m - mm)) + o.s * (o.m == mm ? A(1) : std::exp(o.m - mm));
+    m = mm;
+  }
   // logsumexp; -inf when empty or all -inf.
   SEGRED_HD A lse() const { return s == A(0) ? -std::numeric_limits<A>::infinity() : m + std::log(s); }
   // softmax and log_softmax are NaN for a bad segment and for an all -inf one.

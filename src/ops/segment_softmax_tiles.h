@@ -7,9 +7,11 @@
 // Work split: src/core/segment_softmax_geometry.h. One block per (tile, slab).
 //
 // Math (SEMANTICS.md, "segment softmax family"; include/segred/segment_softmax.h):
-//   forward statistics per (segment, feature): online (m, s), sum exp(x - m) = s;
-//     adding x: -inf adds nothing; x > m rescales s by exp(m - x); x == m adds 1
-//     (keeps +inf + +inf finite); else s += exp(x - m) (a NaN makes s NaN).
+//   forward statistics per (segment, feature): (m, s), sum exp(x - m) = s, over
+//     a piece of rows: m = max (NaN never wins), s = sum of 1 where x == m (keeps
+//     +inf + +inf finite) else exp(x - m) (a NaN makes s NaN; an all -inf piece
+//     has s = 0); the online form (Pol::add: -inf adds nothing, x > m rescales s
+//     by exp(m - x)) gives the same pieces' statistics one element at a time.
 //     Merging (m1, s1), (m2, s2): m = max, s = s1 r(m1, m) + s2 r(m2, m) with
 //     r(a, m) = 1 when a == m else exp(a - m). NaN rule: a segment with a NaN
 //     (s is NaN), a +inf (m = +inf) or only -inf (s == 0) gives NaN (softmax,
@@ -23,11 +25,12 @@
 //   stage       rows x slab features of each input -> shared memory (coalesced,
 //               16-byte vectors), and the tile-relative segment ends e[k].
 //   walk        thread (chunk c, feature lane fl) walks rows [c*E, c*E + E) for V
-//               features: statistics per segment; a segment that starts and ends
-//               inside the chunk is finished on the spot (its rows rewritten in
-//               place, or its logsumexp stored). Left: the partial of the chunk's
-//               first segment (if it closes in the chunk) and of the segment open
-//               at its end.
+//               features, segment piece by segment piece (forward: max, then sum
+//               of exp; backward: one sum); a segment that starts and ends inside
+//               the chunk is finished on the spot (its rows rewritten in place, or
+//               its logsumexp stored). Left: the partial of the chunk's first
+//               segment (if it closes in the chunk) and of the segment open at its
+//               end.
 //   scan        segmented inclusive scan over the chunks of each feature lane of
 //               (key = open segment or a unique negative per chunk, partial):
 //               shuffles inside a warp, warp totals through shared memory. Keys of
@@ -399,6 +402,49 @@ struct Lane {
   Stat xv[V];             // exclusive value
 };
 
+// The statistic of rows [r0, r1) of one segment for this lane's V features.
+// Forward: two passes over the staged rows, max then sum of exp(x - max) (about
+// half the instructions of the online update per element); the +inf, -inf and
+// NaN cases come out as the online merge gives them: a NaN makes s NaN, m = +inf
+// counts the +inf values (x == m adds 1), an all -inf piece has s = 0.
+// Backward: one pass, sum of g*y or of g.
+template <SsKind K, class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void piece_stat(const Params<Idx>& p, const Tile<Idx>& t, const Smem& sm, int fl, int r0, int r1,
+                          typename Pol<K, A>::Stat (&out)[V]) {
+  using P = Pol<K, A>;
+  const T* s0 = sm.array<T>(0);
+  const T* s1 = sm.array<T>(P::kArrays - 1);
+  if constexpr (P::kFwd) {
+    A m[V], eq[V], base[V], s[V];
+    for (int i = 0; i < V; ++i) m[i] = -P::inf();
+    for (int r = r0; r < r1; ++r) {
+      A v[V];
+      read_row<T, A, Cv, V>(s0, t.pad + r * p.width + fl * V, v);
+      for (int i = 0; i < V; ++i) m[i] = v[i] > m[i] ? v[i] : m[i];  // a NaN never wins
+    }
+    for (int i = 0; i < V; ++i) {
+      base[i] = m[i] == -P::inf() ? A(0) : m[i];  // all -inf: exp(-inf - 0) = 0
+      eq[i] = m[i] == -P::inf() ? std::numeric_limits<A>::quiet_NaN() : m[i];  // x == eq adds exactly 1
+      s[i] = A(0);
+    }
+    for (int r = r0; r < r1; ++r) {
+      A v[V];
+      read_row<T, A, Cv, V>(s0, t.pad + r * p.width + fl * V, v);
+      for (int i = 0; i < V; ++i) s[i] += v[i] == eq[i] ? A(1) : ss_exp(v[i] - base[i]);
+    }
+    for (int i = 0; i < V; ++i) out[i] = typename P::Stat{m[i], s[i]};
+  } else {
+    for (int i = 0; i < V; ++i) out[i] = A(0);
+    for (int r = r0; r < r1; ++r) {
+      const int idx = t.pad + r * p.width + fl * V;
+      A g[V], y[V];
+      read_row<T, A, Cv, V>(s0, idx, g);
+      read_row<T, A, Cv, V>(s1, idx, y);
+      for (int i = 0; i < V; ++i) P::add(out[i], g[i], y[i]);
+    }
+  }
+}
+
 template <SsKind K, class T, class A, class Cv, int V, class Idx>
 SEGRED_HD void walk(Lane<typename Pol<K, A>::Stat, V>& ln, const Params<Idx>& p, const Tile<Idx>& t,
                     const Smem& sm, int tid) {
@@ -413,46 +459,38 @@ SEGRED_HD void walk(Lane<typename Pol<K, A>::Stat, V>& ln, const Params<Idx>& p,
   for (int i = 0; i < V; ++i) ln.pf[i] = ln.sv[i] = P::identity();
   if (!ln.active) return;
   const uint16_t* e = sm.ends();
-  const T* s0 = sm.array<T>(0);
-  const T* s1 = sm.array<T>(P::kArrays - 1);
+  // Segment by segment: the piece of segment k in [start, b) ends at e[k] when
+  // the segment closes in the chunk, else it is open at the chunk's end.
   int k = first_end_after(e, t.ns, ln.a), start = ln.a;
-  Stat cur[V];
-  for (int i = 0; i < V; ++i) cur[i] = P::identity();
-  for (int r = ln.a; r < ln.b; ++r) {
-    const int idx = t.pad + r * p.width + fl * V;
-    A v0[V], v1[V];
-    read_row<T, A, Cv, V>(s0, idx, v0);
-    if constexpr (P::kArrays == 2) read_row<T, A, Cv, V>(s1, idx, v1);
-    else
-      for (int i = 0; i < V; ++i) v1[i] = A(0);
-    for (int i = 0; i < V; ++i) P::add(cur[i], v0[i], v1[i]);
-    if (k < t.ns && int(e[k]) == r + 1) {  // segment k ends after row r
-      if (start == ln.a) {
-        ln.first_closed = true;
-        ln.kf = k;
-        ln.first_end = r + 1;
-        for (int i = 0; i < V; ++i) ln.pf[i] = cur[i];
-      } else if constexpr (K == SsKind::LseFwd) {
-        write_lse<K, T, A, Cv, V>(p, t, fl, t.i0 + Idx(k), cur);
-      } else {
-        Idx o;
-        write_segment_rows<K, T, A, Cv, V>(p, t, sm, fl, start, r + 1, real_segment(t.i0 + Idx(k), p.S, p.U, o),
-                                           cur);
-      }
-      ++k;
-      while (k < t.ns && int(e[k]) == r + 1) ++k;  // empty segments
-      start = r + 1;
-      for (int i = 0; i < V; ++i) cur[i] = P::identity();
+  while (start < ln.b) {
+    const bool closes = k < t.ns && int(e[k]) <= ln.b;
+    const int end = closes ? int(e[k]) : ln.b;
+    Stat part[V];
+    piece_stat<K, T, A, Cv, V>(p, t, sm, fl, start, end, part);
+    if (!closes) {  // open at the chunk's end
+      ln.last_open = true;
+      ln.last_start = start;
+      ln.key = k;
+      for (int i = 0; i < V; ++i) ln.sv[i] = part[i];
+      break;
     }
+    if (start == ln.a) {  // may have begun in an earlier chunk: its total comes from the scan
+      ln.first_closed = true;
+      ln.kf = k;
+      ln.first_end = end;
+      for (int i = 0; i < V; ++i) ln.pf[i] = part[i];
+    } else if constexpr (K == SsKind::LseFwd) {  // begins and ends in the chunk: final
+      write_lse<K, T, A, Cv, V>(p, t, fl, t.i0 + Idx(k), part);
+    } else {
+      Idx o;
+      write_segment_rows<K, T, A, Cv, V>(p, t, sm, fl, start, end, real_segment(t.i0 + Idx(k), p.S, p.U, o), part);
+    }
+    ++k;
+    while (k < t.ns && int(e[k]) == end) ++k;  // empty segments
+    start = end;
   }
-  ln.last_open = start < ln.b;
   ln.kl = k;
-  ln.last_start = start;
   if (!ln.first_closed) ln.kf = k;
-  if (ln.last_open) {
-    ln.key = k;
-    for (int i = 0; i < V; ++i) ln.sv[i] = cur[i];
-  }
 }
 
 // One Hillis-Steele step: the partial of the chunk `d` chunks earlier (nkey, nv).
@@ -475,14 +513,24 @@ SEGRED_HD void warp_total_out(const Lane<typename Pol<K, A>::Stat, V>& ln, const
 }
 
 // Carry from the earlier warps (k0: key of this warp's first chunk for this
-// feature lane); leaves it as the exclusive value (right for the warp's first chunk).
+// feature lane), folded into the inclusive value when this chunk's run reaches
+// back past the warp's start; left as the exclusive value (right for the warp's
+// first chunk). The chain over the earlier warps runs only where its result is
+// used: the run continues from the previous warp, or (the warp's first chunk)
+// the previous warp ends inside the segment this chunk closes.
 template <SsKind K, class A, int V>
 SEGRED_HD void warp_carry_in(Lane<typename Pol<K, A>::Stat, V>& ln, const Smem& sm, int tid, int G, int k0) {
   using P = Pol<K, A>;
   using Stat = typename P::Stat;
-  const int warp = tid >> 5, fl = tid % G;
+  const int warp = tid >> 5, fl = tid % G, lane = tid & 31;
   const int* keys = sm.keys();
   const Stat* st = sm.stats<Stat>();
+  const int prev = warp > 0 ? keys[(warp - 1) * G + fl] : INT_MIN;  // the chain's last key
+  ln.xkey = prev;
+  for (int i = 0; i < V; ++i) ln.xv[i] = P::identity();
+  const bool inclusive = k0 == ln.key && prev == ln.key;
+  const bool exclusive = lane < G && ln.first_closed && prev == ln.kf;
+  if (!inclusive && !exclusive) return;
   int ck = INT_MIN;
   Stat cv[V];
   for (int i = 0; i < V; ++i) cv[i] = P::identity();
@@ -495,9 +543,8 @@ SEGRED_HD void warp_carry_in(Lane<typename Pol<K, A>::Stat, V>& ln, const Smem& 
       for (int i = 0; i < V; ++i) cv[i] = st[slot * V + i];
     }
   }
-  if (ck == ln.key && k0 == ln.key)
+  if (inclusive)
     for (int i = 0; i < V; ++i) ln.sv[i] = P::combine(cv[i], ln.sv[i]);
-  ln.xkey = ck;
   for (int i = 0; i < V; ++i) ln.xv[i] = cv[i];
 }
 

@@ -237,6 +237,12 @@ inline ::testing::AssertionResult close(const std::vector<double>& got, const In
   return close(got, in.want, in.mag, u_out, f64);
 }
 
+// The four data types of the typed suites, named by their dtype.
+using FloatTypes = ::testing::Types<float, double, half_t, bfloat16_t>;
+struct DtypeName {
+  template <class T> static std::string GetName(int) { return std::string(dtype_name(dtype_of<T>())); }
+};
+
 inline double unit_out(DType t) {
   return t == DType::Float64 ? std::ldexp(1.0, -53)
          : t == DType::Float32 ? std::ldexp(1.0, -24)

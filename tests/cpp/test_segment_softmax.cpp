@@ -147,6 +147,37 @@ TEST_P(SegmentSoftmaxOps, LongSegmentBesideManyOfOneOnlineMerge) {
 
 INSTANTIATE_TEST_SUITE_P(All, SegmentSoftmaxOps, ::testing::ValuesIn(kOps));
 
+// float32 over one segment of 2^24: a single running float32 sum of exp(x - m)
+// stalls once it reaches 2^21 (its spacing passes the terms' size); the kernel
+// sums in blocks and merges them. (H200 session 2: 2^26 values gave a logsumexp
+// 0.11 low, 19.83 for 19.94; the CUDA backend had it right.)
+TEST(SegmentSoftmax, Float32LongSegmentSumsWithoutStalling) {
+  const int64_t n = int64_t(1) << 24;
+  std::mt19937 rng(24);
+  std::uniform_real_distribution<float> u(-4, 4);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = u(rng);
+  std::vector<int64_t> len = {n};
+  Segments seg;
+  seg.lengths = TensorView(len.data(), DType::Int64, {1});
+  const TensorView data(x.data(), DType::Float32, {n});
+  double m = -kInf, s = 0;
+  for (float v : x) m = std::max(m, double(v));
+  for (float v : x) s += std::exp(double(v) - m);
+  const double lse = m + std::log(s);
+  EXPECT_NEAR(segred::segment_logsumexp(data, seg).ptr<float>()[0], lse, 2e-5 * lse);
+  const Tensor y = segred::segment_log_softmax(data, seg);
+  for (int64_t i : {int64_t(0), n / 2, n - 1})
+    EXPECT_NEAR(y.ptr<float>()[i], double(x[size_t(i)]) - lse, 1e-4) << i;
+  // backward: log_softmax gI = g - exp(y) * sum(g); sum(g) of 2^24 values of +-1.5 exactly.
+  std::vector<float> g(static_cast<size_t>(n));
+  for (size_t i = 0; i < g.size(); ++i) g[i] = i % 2 ? 1.5f : -1.5f;
+  g[0] = 3.0f;  // sum g = 4.5
+  const Tensor gi = segred::segment_log_softmax_backward(TensorView(g.data(), DType::Float32, {n}), y, seg);
+  for (int64_t i : {int64_t(0), n - 1})
+    EXPECT_NEAR(gi.ptr<float>()[i], double(g[size_t(i)]) - std::exp(double(y.ptr<float>()[i])) * 4.5, 1e-5) << i;
+}
+
 TEST(SegmentSoftmax, ExactValuesAndGradients) {
   // softmax of {0, log 3} is {0.25, 0.75}; with grad {1, 0}: y*(g - sum(g*y)) = {0.1875, -0.1875}.
   std::vector<double> x = {0.0, std::log(3.0)};

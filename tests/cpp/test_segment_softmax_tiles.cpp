@@ -239,14 +239,10 @@ uint64_t seed_of(const char* name) {
 
 template <class T>
 class SegmentSoftmaxTiles : public ::testing::Test {};
-using Types = ::testing::Types<float, double, half_t, bfloat16_t>;
-struct TypeName {
-  template <class T> static std::string GetName(int) { return std::string(dtype_name(dtype_of<T>())); }
-};
-TYPED_TEST_SUITE(SegmentSoftmaxTiles, Types, TypeName);
+TYPED_TEST_SUITE(SegmentSoftmaxTiles, FloatTypes, DtypeName);
 
 // Heads 1, 2, 3, 4, 8, 12 (contiguous tiles, V = 4 or 1) and 33, 64, 130, 200
-// (slabs at 32*V features), every metadata style, ghosts, specials; the 8
+// (slabs of 64 bytes per row), every metadata style, ghosts, specials; the 8
 // geometries and both index types in rotation.
 TYPED_TEST(SegmentSoftmaxTiles, EveryKindEveryGeometryAgainstReference) {
   std::mt19937_64 rng(seed_of(dtype_name(dtype_of<TypeParam>()).data()));
