@@ -145,19 +145,4 @@ Materialized materialize(const Case& c) {
   return m;
 }
 
-int64_t LargeCase::bytes_needed() const {
-  const int64_t es = dtype == "float16" ? 2 : 4;
-  return n * es * 2;  // data + grad_input (outputs are a few elements)
-}
-
-std::vector<LargeCase> large_cases() {
-  const int64_t k31 = int64_t(1) << 31, k32 = int64_t(1) << 32;
-  return {
-      {"large/max/2^31+1/float32", "max", "float32", k31 + 1},
-      {"large/sum/2^31+1/float32", "sum", "float32", k31 + 1},
-      {"large/max/2^32+3/float16", "max", "float16", k32 + 3},
-      {"large/sum/2^32+3/float16", "sum", "float16", k32 + 3},
-  };
-}
-
 }  // namespace segred::cli

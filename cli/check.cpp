@@ -13,6 +13,7 @@
 
 #include "cli/cases.h"
 #include "cli/report.h"
+#include "cli/segment_reduce_large.h"
 #include "cli/segment_softmax_cases.h"
 #include "cli/softmax_cases.h"
 #include "segred/segred.h"
@@ -98,71 +99,6 @@ Row run_segment_case(const Case& c, DeviceRef dev) {
   return row;
 }
 
-int64_t free_host_bytes() { return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)); }
-
-// A boundary case: three segments [0, 3), [3, n-3), [n-3, n) of a 1-D tensor of n
-// elements, zero except a few values placed at the start and the end, so the
-// expected outputs and gradients are exact; the gradient is checked whole.
-template <class T>
-Row run_large_case(const LargeCase& c, DeviceRef dev) {
-  Row row{c.name, "segment_reduce", device_name(dev), "", 0, "ok", ""};
-  const int64_t need = c.bytes_needed();
-  if (dev.type == Device::CPU && need > free_host_bytes()) {
-    row.verdict = "skipped";
-    row.detail = "needs " + std::to_string(need >> 20) + " MiB, " + std::to_string(free_host_bytes() >> 20) +
-                 " MiB free";
-    return row;
-  }
-  const int64_t n = c.n;
-  const bool is_max = c.reduce == "max";
-  // (index, value) pairs; every other element is 0.
-  const std::vector<std::pair<int64_t, double>> vals =
-      is_max ? std::vector<std::pair<int64_t, double>>{{1, 5}, {2, 5}, {3, 3}, {n - 4, 3}, {n - 2, 7}, {n - 1, 7}}
-             : std::vector<std::pair<int64_t, double>>{{1, 1}, {2, 2}, {3, 0.5}, {n - 4, 0.25}, {n - 2, 4}, {n - 1, 8}};
-  const std::vector<double> want_y = is_max ? std::vector<double>{5, 3, 7} : std::vector<double>{3, 0.75, 12};
-  const std::vector<double> grad = {-1, -2.5, 2};
-  Tensor host = Tensor::empty({n}, dtype_of<T>());
-  std::memset(host.data(), 0, size_t(n) * sizeof(T));
-  for (auto [i, v] : vals) host.ptr<T>()[i] = make<T>({v}, {1}, {}).template ptr<T>()[0];
-  Tensor data = dev.type == Device::CPU ? std::move(host) : Tensor::copy_to(host, dev);
-  std::vector<int64_t> off = {0, 3, n - 3, n};
-  Tensor meta = Tensor::empty({4}, DType::Int64);
-  std::copy(off.begin(), off.end(), meta.ptr<int64_t>());
-  if (dev.type != Device::CPU) meta = Tensor::copy_to(meta, dev);
-  Segments seg;
-  seg.offsets = meta.view();
-  TraceSession trace;
-  const Reduce red = parse_reduce(c.reduce);
-  const Tensor y = segment_reduce(data, red, seg);
-  compare("forward", fetch<T>(y), want_y, 0, row);
-  const Tensor gi = segment_reduce_backward(make<T>(grad, {3}, dev), make<T>(want_y, {3}, dev), data, red, seg);
-  const Tensor gh = dev.type == Device::CPU ? gi : Tensor::copy_to(gi, {});
-  // expected gradient of element i
-  auto want = [&](int64_t i) -> double {
-    const int s = i < 3 ? 0 : i < n - 3 ? 1 : 2;
-    if (!is_max) return grad[size_t(s)];
-    for (auto [j, v] : vals)
-      if (j == i) return grad[size_t(s)] / 2;  // every segment's maximum is tied twice
-    return 0;
-  };
-  int64_t bad = 0, first_bad = -1;
-  const T* p = gh.ptr<T>();
-  for (int64_t i = 0; i < n; ++i) {
-    double v;
-    if constexpr (std::is_same_v<T, half_t>) v = double(to_float(p[i]));
-    else v = double(p[i]);
-    if (v != want(i) && bad++ == 0) first_bad = i;
-  }
-  if (bad) {
-    row.verdict = "WRONG";
-    row.detail = std::to_string(bad) + " wrong gradients, the first at " + std::to_string(first_bad);
-  }
-  std::set<std::string> ps;
-  for (const auto& r : trace.records()) ps.insert(r.path);
-  row.paths = join(ps);
-  return row;
-}
-
 }  // namespace
 
 int run_check(const CheckOptions& opt) {
@@ -192,16 +128,16 @@ int run_check(const CheckOptions& opt) {
   }
 
   const std::vector<Case> cases = segment_cases();
-  const std::vector<LargeCase> large = opt.large ? large_cases() : std::vector<LargeCase>{};
   std::vector<Row> rows;
   Reached reached;
   int wrong = 0, skipped = 0;
   print_row_header();
   size_t total = 0;
   for (const DeviceRef dev : devices)
-    total += cases.size() + large.size() + softmax_case_count(dev) +
-             (opt.large ? softmax_large_case_count(dev) : 0) +
-             (dev.type == Device::CPU ? segment_softmax_case_count() : 0);
+    total += cases.size() + softmax_case_count(dev) + segment_softmax_case_count(dev) +
+             (opt.large ? segment_reduce_large_case_count(dev) + softmax_large_case_count(dev) +
+                              segment_softmax_large_case_count(dev)
+                        : 0);
   Progress progress(total);
   auto record = [&](Row row) {
     for (size_t a = 0, b; a < row.paths.size(); a = b + 1) {
@@ -227,23 +163,16 @@ int run_check(const CheckOptions& opt) {
       }
       record(std::move(row));
     }
-    for (const LargeCase& c : large) {
-      progress.step(c.name);
-      const auto t0 = std::chrono::steady_clock::now();
-      Row row;
-      try {
-        row = c.dtype == "float16" ? run_large_case<half_t>(c, dev) : run_large_case<float>(c, dev);
-      } catch (const std::exception& e) {
-        row = {c.name, "segment_reduce", device_name(dev), "", 0, "WRONG",
-               std::string("threw: ") + e.what()};
-      }
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (row.verdict != "skipped") row.detail += (row.detail.empty() ? "" : "; ") + std::to_string(int(s)) + " s";
-      record(std::move(row));
-    }
+    // Boundary cases past 2^31/2^32 elements, one family at a time (cli/*_large*, cli/*_cases.cpp).
+    if (opt.large)
+      run_segment_reduce_large_cases(dev, [&](Row r) {  // record() steps the bar for every family but this one
+        progress.step(r.name);
+        record(std::move(r));
+      });
     run_softmax_cases(dev, record);  // cli/softmax_cases.cpp: the softmax family's rows
     if (opt.large) run_softmax_large_cases(dev, record);  // its boundary cases (every CUDA i64 path)
     run_segment_softmax_cases(dev, record);  // cli/segment_softmax_cases.cpp: the ragged softmax rows
+    if (opt.large) run_segment_softmax_large_cases(dev, record);
   }
 
   // Coverage: every registered path of the devices checked.
