@@ -81,9 +81,31 @@ double FilledArray::at(int64_t i) const {
   return v;
 }
 
+namespace {
+// The first integer in `path`, or -1 ("max" and missing files give -1).
+int64_t read_int(const char* path) {
+  FILE* f = std::fopen(path, "r");
+  if (!f) return -1;
+  long long v = -1;
+  if (std::fscanf(f, "%lld", &v) != 1) v = -1;
+  std::fclose(f);
+  return v;
+}
+}  // namespace
+
 int64_t free_bytes(DeviceRef dev) {
   if (dev.type == Device::CUDA) return detail::cuda_free_bytes(dev.index);
-  return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  int64_t free = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  // In a container the memory cgroup's limit, not the host's free pages, decides
+  // when the kernel kills the process: take the smaller (cgroup v2, then v1).
+  const std::pair<const char*, const char*> cg[] = {
+      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+  for (auto [limit_path, usage_path] : cg) {
+    const int64_t limit = read_int(limit_path), usage = read_int(usage_path);
+    if (limit > 0 && usage >= 0 && limit < (int64_t(1) << 60)) free = std::min(free, limit - usage);
+  }
+  return free;
 }
 
 std::string gib(int64_t bytes) {
