@@ -61,9 +61,14 @@ template <class T>
 class StagedOutput {
  public:
   // enabled = false: every range is written in place (small outputs stay cached).
+  // The stage has kSlack elements past its capacity: a kernel may write up to
+  // kSlack elements past the n it asked for (vector stores that run into the next
+  // range, which rewrites them, or past the end, which is never copied out).
+  static constexpr int64_t kSlack = 64;
   explicit StagedOutput(bool enabled, int64_t capacity = int64_t(1) << 16)
-      : on_(enabled), buf_(enabled ? size_t(capacity) : 0) {}
-  StagedOutput(StagedOutput&& o) noexcept : on_(o.on_), buf_(std::move(o.buf_)), dst0_(o.dst0_), len_(o.len_) {
+      : on_(enabled), cap_(enabled ? capacity : 0), buf_(enabled ? size_t(capacity + kSlack) : 0) {}
+  StagedOutput(StagedOutput&& o) noexcept
+      : on_(o.on_), cap_(o.cap_), buf_(std::move(o.buf_)), dst0_(o.dst0_), len_(o.len_) {
     o.len_ = 0;
   }
   StagedOutput& operator=(StagedOutput&&) = delete;
@@ -71,11 +76,11 @@ class StagedOutput {
 
   // Where to write the n elements destined for dst[0, n).
   T* target(T* dst, int64_t n) {
-    if (!on_ || n > int64_t(buf_.size())) {
+    if (!on_ || n > cap_) {
       flush();
       return dst;
     }
-    if (len_ > 0 && (dst != dst0_ + len_ || len_ + n > int64_t(buf_.size()))) flush();
+    if (len_ > 0 && (dst != dst0_ + len_ || len_ + n > cap_)) flush();
     if (len_ == 0) dst0_ = dst;
     T* w = buf_.data() + len_;
     len_ += n;
@@ -91,6 +96,7 @@ class StagedOutput {
 
  private:
   bool on_;
+  int64_t cap_;
   std::vector<T> buf_;
   T* dst0_ = nullptr;
   int64_t len_ = 0;

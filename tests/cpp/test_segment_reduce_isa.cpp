@@ -1,0 +1,132 @@
+// The CPU segment_reduce kernels are built per instruction set (baseline, AVX2,
+// AVX-512: src/cpu/segment_reduce_isa_*.inc through the softmax kernels'
+// multiversioning) and a normal run reaches only the best one this CPU has. Here
+// every build this CPU can run (capped through softmax_isa_cap), each with grad_input
+// written in place and through the streaming stage, against the float64
+// reference: flat segment lengths 0, 1 and every vector width +-1 (4, 8, 16 lanes),
+// a short last segment at the very end of the tensor (tail loads that cannot read
+// a full vector), offsets leaving rows outside every segment (vector stores that
+// run on must stop before them), NaN / +-inf / ties at every lane position, many
+// short segments over several parallel blocks, batched rows, small feature counts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "src/cpu/softmax_kernels.h"
+#include "src/cpu/stream_store.h"
+#include "tests/cpp/segment_reduce_test_util.h"
+
+namespace segred::testing {
+namespace {
+
+const double kInf = std::numeric_limits<double>::infinity();
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct IsaScope {
+  int64_t stream_bytes = cpu::stream_output_bytes();
+  ~IsaScope() {
+    cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
+    cpu::stream_output_bytes() = stream_bytes;
+  }
+};
+
+// Every build this CPU runs, each with in-place and staged (streamed) grad_input.
+template <class F> void for_each_isa_and_store(F&& f) {
+  IsaScope restore;
+  for (int i = 0; i <= int(cpu::softmax_best_isa()); ++i)
+    for (bool stream : {false, true}) {
+      const auto isa = cpu::SoftmaxIsa(i);
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << (stream ? ", staged output" : ""));
+      cpu::softmax_isa_cap() = i;
+      ASSERT_EQ(cpu::softmax_isa(), isa);
+      cpu::stream_output_bytes() = stream ? 0 : int64_t(1) << 40;
+      f();
+    }
+}
+
+// Lengths 0, 1 and around every vector width, then a short segment last (it ends at
+// the tensor's end).
+std::vector<int64_t> edge_lengths() {
+  std::vector<int64_t> v = {0, 1, 0, 0, 2, 3};
+  for (int64_t w : {4, 8, 16, 32})
+    for (int64_t d : {-1, 0, 1}) v.push_back(w + d);
+  for (int64_t n : {1, 0, 5, 1, 2, 7, 0, 3}) v.push_back(n);
+  return v;
+}
+int64_t sum_of(const std::vector<int64_t>& v) {
+  int64_t s = 0;
+  for (int64_t x : v) s += x;
+  return s;
+}
+
+class SegmentReduceIsa : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SegmentReduceIsa, EdgeLengthsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const std::vector<int64_t> lens = edge_lengths();
+  const int64_t L = sum_of(lens);
+  for_each_isa_and_store([&] {
+    check_all_reduces(from_lengths({L}, 0, {lens}), t, rng);
+    // Batched rows (axis 1), int32 offsets, a row ending in a segment of 1.
+    std::vector<int64_t> lens2(lens.rbegin(), lens.rend());
+    check_all_reduces(from_lengths({2, L}, 1, {lens, lens2}), t, rng);
+    // Features 2, 3, 4 (rows narrower than a vector).
+    for (int64_t f : {2, 3, 4}) check_all_reduces(from_lengths({L, f}, 0, {lens}), t, rng);
+  });
+}
+
+TEST_P(SegmentReduceIsa, OffsetsWithUncoveredRowsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  // Rows [0, 3) and [36, 60) are outside every segment and must get gradient 0 and
+  // stay out of the forward, whatever the vector stores of the segment before do.
+  for_each_isa_and_store([&] {
+    check_all_reduces(from_offsets({60}, 0, {{3, 4, 5, 12, 13, 30, 33, 35, 36}}), t, rng);
+    check_all_reduces(from_offsets({2, 40}, 1, {{1, 2, 3, 20, 21}, {0, 17, 18, 33, 34}}), t, rng);
+  });
+}
+
+TEST_P(SegmentReduceIsa, SpecialValuesAtEveryLaneEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for_each_isa_and_store([&] {
+    // One segment of 33 (two 16-lane vectors and a tail of 1) after a segment of 7.
+    const Layout lay = from_lengths({40}, 0, {{7, 33}});
+    for (int64_t pos = 0; pos < 40; pos += 3)
+      for (double special : {kNaN, kInf, -kInf}) {
+        std::vector<double> x(40);
+        for (int i = 0; i < 40; ++i) x[size_t(i)] = double((i * 7) % 5) - 2.0;  // ties of +-2
+        x[size_t(pos)] = special;
+        for (const char* r : {"max", "min", "sum"}) check_reduce(lay, t, r, x, rng, {false, true, true});
+      }
+  });
+}
+
+TEST_P(SegmentReduceIsa, ManyShortSegmentsParallelBlocksEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const int64_t L = 70000;  // several work blocks (segment_work.h), so several threads
+  const std::vector<int64_t> lens = random_lengths(rng, L, 40);
+  for_each_isa_and_store([&] {
+    const Layout lay = from_lengths({L}, 0, {lens});
+    for (const char* r : {"sum", "mean", "max", "min"})
+      check_reduce(lay, t, r, random_data(rng, L, r, t), rng, {false, true, true});
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceIsa, ::testing::ValuesIn(kFloatTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+}  // namespace
+}  // namespace segred::testing
