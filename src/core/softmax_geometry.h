@@ -21,27 +21,31 @@
 //                  [D x tile] block of the input stays in registers when it fits
 //                  (resident), else `chunks` online passes plus a re-read. Loads
 //                  run along inner, so a warp reads whole 32-byte sectors.
-// EV = elements per thread per array kept in registers: 16 (8 for float64, so the
-// backward's two arrays stay within 64 registers at 1024 threads).
+// EV = elements per thread per array kept in registers, raw (softmax_elems_per_thread
+// below): last dim 128 bytes in flight per thread (fwd: fp32 32, 16-bit 64; bwd:
+// two arrays of fp32 16, 16-bit 32), spatial 64 bytes per array (fp32 16, 16-bit
+// 32), float64 8; scalar 16-bit loads hold one element per register (half the EV).
 //
 // Worked examples (H200, sm_count 132):
-//   [16384, 4096] fp32 dim -1: lastdim_block, V=4, tx=256 (256*16 = 4096), 1
-//     block per row, grid 16384, resident: one read, one write, one exp/element.
-//   [2048, 65536] fp32 dim -1: lastdim_block, tx=512, cluster=8 (8*512*16 =
-//     65536), two blocks per SM.
-//   [64, 262144] fp32 dim -1: lastdim_block, tx=1024, cluster=16 (16*1024*16 =
-//     262144; 512-thread blocks would need 32): 1024 blocks fill 132 SMs, the
-//     row stays on chip.
-//   [64, 256, 56, 56] fp16 dim 1: spatial, V=4 (8 bytes), E=4 rows/thread,
-//     ty=64, tx=8: a [256 x 32] tile per 512-thread block, 6272 blocks.
-//   [8192, 8192] fp32 dim 0: spatial, V=4, tx=2 (8 columns), ty=256, cluster=8
-//     (8*256*4 = 8192 rows): 512 tiles x 8 blocks, resident.
+//   [16384, 4096] dim -1: lastdim_block, 1 block per row, grid 16384, resident
+//     (one read, one write): fp32 fwd V=4, EV=32, tx=128; fp32 bwd EV=16, tx=256;
+//     fp16 fwd V=8, EV=64, tx=64.
+//   [2048, 65536] dim -1: lastdim_block, tx=512; cluster 4 (fp32 fwd, 4*512*32 =
+//     65536), 2 (fp16 fwd), 8 (fp32 bwd), 4 (fp16 bwd); two blocks per SM.
+//   [64, 262144] dim -1: lastdim_block; fp32 fwd and fp16 bwd tx=512, cluster=16
+//     (16*512*32 = 262144, two blocks per SM); fp16 fwd 512 x 8; fp32 bwd
+//     tx=1024, cluster=16 (16*1024*16; 512-thread blocks would need 32). The row
+//     stays on chip in every case.
+//   [64, 256, 56, 56] fp16 dim 1: spatial, V=4 (8 bytes), E=8 rows/thread,
+//     ty=32, tx=16: a [256 x 64] tile per 512-thread block, 3136 blocks.
+//   [8192, 8192] fp32 dim 0: spatial, V=4, E=4, tx=2 (8 columns), ty=256,
+//     cluster=8 (8*256*4 = 8192 rows): 1024 tiles x 8 blocks, resident.
 //
 // Index width: 32-bit only when every index a kernel forms stays below 2^31. The
 // kernels form: row/tile counters plus their grid-stride step (< 2 * rows), in-row
 // or in-slab offsets rounded up to a whole tile (< numel + one tile), the global
 // thread index (< grid * block). All are below 2*numel + 2^20 (a tile is at most
-// 16 blocks x 1024 threads x 16 elements = 2^18), so the rule is
+// 16 blocks x 1024 threads x 64 elements = 2^20), so the rule is
 // 2*numel + 2^20 < 2^31. Row and column bases are 64-bit in both variants.
 #pragma once
 #include <algorithm>
@@ -70,6 +74,28 @@ struct SoftmaxGeometry {
   // Dynamic shared memory in bytes for accumulation type size `as`.
   int64_t smem_bytes(int as) const;
 };
+
+// Elements per thread per array held in registers (EV), for kernel kind k, element
+// size es, direction and vector width vec; the kernels instantiate the same value
+// (src/cuda/softmax_impl.cuh). Registers hold the loaded vectors raw (two 16-bit
+// elements per 32-bit register when vectorised; one element per register for
+// scalar loads), so EV is set by data registers per thread:
+//   last dim, forward: 32 data registers (128 bytes in flight per thread);
+//   last dim, backward: 16 per array (g and y: 128 bytes in flight);
+//   spatial: 16 per array (its per-column statistics take the rest of 64);
+//   float64: 8 elements (16 registers) everywhere; scalar loads (unaligned data or
+//   D % V != 0, not a benchmarked case): 16 elements, as in v3 (each element has
+//   its own address, and at 32 the scalar variants spilled 200-400 bytes).
+// v3 had EV = 16 for every 2- and 4-byte type: a 16-bit forward held 32 bytes per
+// thread and ran at about half the bandwidth of its own backward (64 bytes) on the
+// same geometry (bench/NOTES.md, "CUDA softmax version 4").
+constexpr int softmax_elems_per_thread(SoftmaxKernel k, int es, bool fwd, int vec) {
+  if (es >= 8) return 8;
+  if (vec == 1) return 16;  // scalar loads: v3's EV (one address per element; more spills)
+  const int per_reg = es < 4 ? 4 / es : 1;
+  const int regs = (k != SoftmaxKernel::Spatial && fwd) ? 32 : 16;
+  return regs * per_reg;
+}
 
 constexpr int64_t kSoftmaxIndexSlack = int64_t(1) << 20;
 constexpr int64_t kSoftmaxMaxClusters = int64_t(1) << 20;  // grid cap (grid-stride beyond)
@@ -109,11 +135,12 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   int max_threads = 32;  // a power of two in [32, 1024]
   while (max_threads * 2 <= std::min(1024, p.max_threads)) max_threads *= 2;
   const int max_cluster = std::clamp(p.max_cluster, 1, 16);
-  g.ev = es == 8 ? 8 : 16;
+  const bool fwd = p.direction == Direction::Fwd;
   const int v16 = aligned ? softmax_vec_elems(SoftmaxKernel::Warp, es) : 1;  // last dim: 16 bytes
   g.index_bits = (2 * numel + kSoftmaxIndexSlack < (int64_t(1) << 31)) && !softmax_force_index64() ? 32 : 64;
   if (p.inner == 1) {
     g.vec = (D % v16 == 0) ? v16 : 1;
+    g.ev = softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, g.vec);  // = the warp kernel's
     const int64_t per = g.ev;  // elements per thread
     if (D <= 32 * per) {
       g.kernel = SoftmaxKernel::Warp;
@@ -168,6 +195,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   max_threads = std::min(max_threads, 512);
   const int vs = aligned ? softmax_vec_elems(SoftmaxKernel::Spatial, es) : 1;
   g.vec = (p.inner % vs == 0) ? vs : 1;
+  g.ev = softmax_elems_per_thread(SoftmaxKernel::Spatial, es, fwd, g.vec);
   const int64_t E = g.ev / g.vec;  // rows per thread
   const int64_t ncols = p.outer * p.inner;
   const int seg = g.vec * es;                       // bytes per thread per row

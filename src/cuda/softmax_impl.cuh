@@ -1,7 +1,9 @@
 // CUDA kernels of the dense softmax family (shared/SEMANTICS.md, "softmax family").
 //
 // Versions (the work split is src/core/softmax_geometry.h; every kernel exists for
-// fwd/bwd x softmax/log_softmax x int32/int64 indices x 16-byte/scalar loads):
+// fwd/bwd x softmax/log_softmax x int32/int64 indices x 16-byte/scalar loads; EV,
+// the elements per thread per array, is detail::softmax_elems_per_thread of the
+// kernel kind, dtype, direction and vector width, shared with the geometry):
 //   warp_kernel     lastdim_warp:  inner == 1, D <= 32*EV. A group of `lanes`
 //                   lanes per row; the row in registers; xor shuffles.
 //   block_kernel    lastdim_block: inner == 1, longer rows. A block (or a cluster
@@ -15,12 +17,14 @@
 // The math, per row (a "row" is one (outer, inner) column of D values), with the
 // building blocks of src/ops/softmax_ops.h (shared with the CPU kernels):
 //   forward, resident: one reduction of (max, sum) pairs. Each thread takes its
-//     own max mt (NaN wins) and e = exp(x - sum_base(mt)), kept in registers, and
-//     s = sum e; the pairs merge (MSOp) to the row's (M, S); k is NaN unless M is
-//     finite (the NaN rule: all -inf, any NaN or +inf -> NaN row), else softmax
-//     y = e * (exp(mt - M) / S), log_softmax y = (x - M) - log S. One exp per
-//     element; v2 reduced the max and then the sum (two dependent block-wide
-//     reductions per row, the forward's main cost at 28-86% of copy).
+//     own max mt (NaN wins; packed 16-bit pairs for 16-bit vectors) and
+//     s = sum e, e = exp(x - sum_base(mt)); the pairs merge (MSOp) to the row's
+//     (M, S); k is NaN unless M is finite (the NaN rule: all -inf, any NaN or +inf
+//     -> NaN row), else softmax y = e * (exp(mt - M) / S), with e recomputed from
+//     the raw x at the write (v4: the registers hold x as loaded, 2 bytes per
+//     16-bit element, not e as float: twice the elements per thread, see Raw),
+//     log_softmax y = (x - M) - log S. v2 reduced the max and then the sum (two
+//     dependent block-wide reductions per row).
 //   forward, streaming: per chunk cm = max(m, chunk max), s = s*exp(m - cm) +
 //     sum exp(x - sum_base(cm)); partial (m, s) pairs merge with the same rule
 //     across threads, blocks and cluster ranks; then a second read writes
@@ -39,9 +43,11 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
+#include "src/core/softmax_geometry.h"
 #include "src/core/softmax_kind.h"
 #include "src/cuda/common.cuh"
 #include "src/ops/softmax_ops.h"
@@ -78,6 +84,23 @@ struct SumOp {
 // float32 tolerance); double as exp.
 __device__ __forceinline__ float dexp(float x) { return exp2f(x * 1.4426950408889634f); }
 __device__ __forceinline__ double dexp(double x) { return ::exp(x); }
+// The per-element exp of the forward for T: for 16-bit T, ex2.approx.ftz (one
+// MUFU.EX2 after the multiply; exp2f's subnormal fix-up is 3 more instructions per
+// call, and the 16-bit forward, which takes two exps per element since v4, is
+// instruction-bound: ptxas, 23 instructions per element with exp2f). The flush
+// only zeroes e < 2^-126: S >= 1 does not see it, and y = e * k < 2^-126 rounds
+// to 0 in float16 anyway (bfloat16 keeps subnormals down to 2^-133: there y is 0
+// instead of a value below 2^-126, an absolute difference under 1.2e-38).
+template <class T>
+__device__ __forceinline__ dacc_t<T> dexp_elem(dacc_t<T> x) {
+  if constexpr (sizeof(T) == 2) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+  } else {
+    return dexp(x);
+  }
+}
 
 // Merge of two (max, sum of exp against that max) pairs: one exp, of the smaller
 // max against the merged one; the larger side keeps its sum unscaled (factor 1
@@ -120,87 +143,215 @@ __device__ __forceinline__ R cluster_gather(const R* slot, int C, Op op) {
 
 // ---------------------------------------------------------------- row bodies
 
-// A context gives: NS (stat slots per thread: 1, or V columns for spatial), EV,
-// load(which, chunk, v, pad), store(chunk, v), reduce<R, Op>(R (&)[NS]), chunks.
+// Loaded data as it arrived, widened to the accumulation type where each element
+// is used: 16-bit vectors as packed 32-bit words (two elements per register),
+// everything else one element per register. v3 widened at the load, so a 16-bit
+// thread spent 32 registers on 16 elements (32 bytes in flight) and the register
+// file capped the bytes in flight per SM at half of float32's (bench/NOTES.md,
+// "CUDA softmax version 4"). Packed words and a packed max, not Vec<__half, 8>
+// members widened for the max: that first version took 185 registers in the warp
+// kernel and spilled 216 bytes in the block kernel at EV = 64 (ptxas -v).
+//
+// launder(): an empty asm per register that the compiler must assume rewrites it.
+// Called between the phases of a row (after the max, after the reduction) on
+// 16-bit data, so the compiler recomputes the widened values (and the forward's
+// exp(x - m)) from the raw words instead of carrying them across the phase in
+// float registers, which would double the registers per element. The price is a
+// conversion per element per phase and, in the softmax forward, a second exp.
+template <class T, int V, int N, bool Packed = (sizeof(T) == 2 && V % 2 == 0)>
+struct Raw {
+  T e[N * V];
+  __device__ __forceinline__ dacc_t<T> operator[](int k) const { return ld(e[k]); }
+  __device__ __forceinline__ void load(int j, const Vec<T, V>* p) {
+    const Vec<T, V> w = *p;
+#pragma unroll
+    for (int i = 0; i < V; ++i) e[j * V + i] = w.v[i];
+  }
+  __device__ __forceinline__ void pad(int j, T v) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) e[j * V + i] = v;
+  }
+  // m[k % NS] = max(m[k % NS], element k) over every element (NaN wins).
+  template <int NS> __device__ __forceinline__ void max_into(dacc_t<T> (&m)[NS]) const {
+#pragma unroll
+    for (int k = 0; k < N * V; ++k) m[k % NS] = ops::MaxTag::combine(m[k % NS], ld(e[k]));
+  }
+  __device__ __forceinline__ void launder() {
+    if constexpr (sizeof(T) == 2) {
+#pragma unroll
+      for (int k = 0; k < N * V; ++k) {
+        unsigned short u;
+        memcpy(&u, &e[k], sizeof(u));
+        asm volatile("" : "+h"(u));
+        memcpy(&e[k], &u, sizeof(u));
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ float widen(const __half*, uint32_t w, bool hi) {
+  __half2 h;
+  memcpy(&h, &w, sizeof(h));
+  return hi ? __high2float(h) : __low2float(h);
+}
+__device__ __forceinline__ float widen(const __nv_bfloat16*, uint32_t w, bool hi) {
+  return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));  // = __bfloat162float, exactly
+}
+// Packed max of two words of 16-bit pairs, NaN propagating (exact: no rounding).
+__device__ __forceinline__ uint32_t pmax(const __half*, uint32_t a, uint32_t b) {
+  __half2 x, y;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  const __half2 r = __hmax2_nan(x, y);
+  uint32_t o;
+  memcpy(&o, &r, 4);
+  return o;
+}
+__device__ __forceinline__ uint32_t pmax(const __nv_bfloat16*, uint32_t a, uint32_t b) {
+  __nv_bfloat162 x, y;
+  memcpy(&x, &a, 4);
+  memcpy(&y, &b, 4);
+  const __nv_bfloat162 r = __hmax2_nan(x, y);
+  uint32_t o;
+  memcpy(&o, &r, 4);
+  return o;
+}
+
+template <class T, int V, int N>
+struct Raw<T, V, N, true> {
+  static constexpr int W = V / 2;  // 32-bit words per vector
+  struct alignas(sizeof(T) * V) Words {
+    uint32_t q[W];
+  };
+  uint32_t u[N * W];
+  __device__ __forceinline__ float operator[](int k) const {
+    return widen(static_cast<const T*>(nullptr), u[k / 2], (k % 2) != 0);
+  }
+  __device__ __forceinline__ void load(int j, const Vec<T, V>* p) {
+    const Words w = *reinterpret_cast<const Words*>(p);
+#pragma unroll
+    for (int q = 0; q < W; ++q) u[j * W + q] = w.q[q];
+  }
+  __device__ __forceinline__ void pad(int j, T v) {
+    unsigned short b;
+    memcpy(&b, &v, sizeof(b));
+#pragma unroll
+    for (int q = 0; q < W; ++q) u[j * W + q] = uint32_t(b) | (uint32_t(b) << 16);
+  }
+  // As the generic max_into, on packed pairs: one max instruction per two
+  // elements and no widening (the max of 16-bit values is exact in 16 bits).
+  // Word q holds elements 2q and 2q + 1, so with NS slots (1, or V even) the words
+  // of one slot pair are those with equal q % (NS / 2).
+  template <int NS> __device__ __forceinline__ void max_into(float (&m)[NS]) const {
+    constexpr int C = NS == 1 ? 1 : NS / 2;
+    static_assert(NS == 1 || NS % 2 == 0, "slots come in pairs");
+    uint32_t a[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) a[c] = u[c];
+#pragma unroll
+    for (int q = C; q < N * W; ++q) a[q % C] = pmax(static_cast<const T*>(nullptr), a[q % C], u[q]);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const float lo = widen(static_cast<const T*>(nullptr), a[c], false);
+      const float hi = widen(static_cast<const T*>(nullptr), a[c], true);
+      if constexpr (NS == 1) {
+        m[0] = ops::MaxTag::combine(m[0], ops::MaxTag::combine(lo, hi));
+      } else {
+        m[2 * c] = ops::MaxTag::combine(m[2 * c], lo);
+        m[2 * c + 1] = ops::MaxTag::combine(m[2 * c + 1], hi);
+      }
+    }
+  }
+  __device__ __forceinline__ void launder() {
+#pragma unroll
+    for (int q = 0; q < N * W; ++q) asm volatile("" : "+r"(u[q]));
+  }
+};
+
+// A context gives: T, NS (stat slots per thread: 1, or V columns for spatial), EV,
+// Raw, load(which, chunk, raw, pad), store(chunk, f) (writes element k as f(k)),
+// reduce<R, Op>(R (&)[NS]), chunks. Element k belongs to slot k % NS.
 template <bool Log, class A, class Cx>
 __device__ __forceinline__ void fwd_body(Cx& cx) {
   constexpr int EV = Cx::EV, NS = Cx::NS;
   using I = typename Cx::Index;
+  using T = typename Cx::T;
   const A ninf = ops::neg_inf<A>();
   const A nan = std::numeric_limits<A>::quiet_NaN();
-  A v[EV];
+  const T tninf = st<T>(ninf), tzero = st<T>(A(0));
+  typename Cx::Raw x;
   A kk[NS], rb[NS];
-  MS<A> st[NS];
+  MS<A> ms[NS];
   if (cx.chunks == 1) {
     // One reduction per row, of (max, sum) pairs: each thread takes exp against
     // its own max mt (per slot), the pairs merge to the row's (M, S), and the
     // write rescales by exp(mt - M): softmax y = e * (exp(mt - M) / S), log_softmax
-    // y = (x - M) - log S. Still one exp per element (plus one per slot).
-    cx.load(0, I(0), v, ninf);
+    // y = (x - M) - log S. The write recomputes e = exp(x - sum_base(mt)) from the
+    // raw x (bit-identical to keeping it: same input, same dexp) so the registers
+    // hold x at 2 bytes per 16-bit element instead of e at 4.
+    cx.load(0, I(0), x, tninf);
     A mt[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) mt[i] = ninf;
-#pragma unroll
-    for (int k = 0; k < EV; ++k) mt[k % NS] = ops::MaxTag::combine(mt[k % NS], v[k]);
+    x.max_into(mt);
+    x.launder();
     A sb[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
       sb[i] = ops::sum_base(mt[i]);  // all -inf (or padding): exp(-inf - 0) = 0
-      st[i] = {mt[i], A(0)};
+      ms[i] = {mt[i], A(0)};
     }
 #pragma unroll
-    for (int k = 0; k < EV; ++k) {
-      const A e = dexp(v[k] - sb[k % NS]);
-      st[k % NS].s += e;
-      if constexpr (!Log) v[k] = e;
-    }
-    cx.template reduce<MS<A>>(st, MSOp{});
+    for (int k = 0; k < EV; ++k) ms[k % NS].s += dexp_elem<T>(x[k] - sb[k % NS]);
+    x.launder();
+    cx.template reduce<MS<A>>(ms, MSOp{});
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
       // The NaN rule from M alone: NaN unless the row's max is finite. With M
       // finite, mt <= M, so the factor is in [0, 1] (0 for an all -inf slot) and
       // S >= 1 (the max's own term is exp(0) = 1, never rescaled).
-      const bool finite = (st[i].m - st[i].m == A(0));
-      kk[i] = finite ? (Log ? ops::log_acc(st[i].s) : dexp(mt[i] - st[i].m) / st[i].s) : nan;
-      rb[i] = st[i].m;
+      const bool finite = (ms[i].m - ms[i].m == A(0));
+      kk[i] = finite ? (Log ? ops::log_acc(ms[i].s) : dexp(mt[i] - ms[i].m) / ms[i].s) : nan;
+      rb[i] = ms[i].m;
     }
-#pragma unroll
-    for (int k = 0; k < EV; ++k) v[k] = Log ? (v[k] - rb[k % NS]) - kk[k % NS] : v[k] * kk[k % NS];
-    cx.store(I(0), v);
+    cx.store(I(0), [&](int k) -> A {
+      const A xv = x[k];
+      return Log ? (xv - rb[k % NS]) - kk[k % NS] : dexp_elem<T>(xv - sb[k % NS]) * kk[k % NS];
+    });
     return;
   }
 #pragma unroll
-  for (int i = 0; i < NS; ++i) st[i] = {ninf, A(0)};
+  for (int i = 0; i < NS; ++i) ms[i] = {ninf, A(0)};
   for (I c = 0; c < I(cx.chunks); ++c) {
-    cx.load(0, c, v, ninf);
+    cx.load(0, c, x, tninf);
     A cm[NS];
 #pragma unroll
-    for (int i = 0; i < NS; ++i) cm[i] = st[i].m;
-#pragma unroll
-    for (int k = 0; k < EV; ++k) cm[k % NS] = ops::MaxTag::combine(cm[k % NS], v[k]);
+    for (int i = 0; i < NS; ++i) cm[i] = ms[i].m;
+    x.max_into(cm);
+    x.launder();
     A sb[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-      st[i].s *= ops::rescale(st[i].m, cm[i]);
-      st[i].m = cm[i];
+      ms[i].s *= ops::rescale(ms[i].m, cm[i]);
+      ms[i].m = cm[i];
       sb[i] = ops::sum_base(cm[i]);
     }
 #pragma unroll
-    for (int k = 0; k < EV; ++k) st[k % NS].s += dexp(v[k] - sb[k % NS]);
+    for (int k = 0; k < EV; ++k) ms[k % NS].s += dexp_elem<T>(x[k] - sb[k % NS]);
   }
-  cx.template reduce<MS<A>>(st, MSOp{});
+  cx.template reduce<MS<A>>(ms, MSOp{});
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
-    const bool finite = (st[i].m - st[i].m == A(0));
-    kk[i] = finite ? (Log ? ops::log_acc(st[i].s) : A(1) / st[i].s) : nan;
-    rb[i] = finite ? st[i].m : nan;
+    const bool finite = (ms[i].m - ms[i].m == A(0));
+    kk[i] = finite ? (Log ? ops::log_acc(ms[i].s) : A(1) / ms[i].s) : nan;
+    rb[i] = finite ? ms[i].m : nan;
   }
   for (I c = 0; c < I(cx.chunks); ++c) {
-    cx.load(0, c, v, A(0));
-#pragma unroll
-    for (int k = 0; k < EV; ++k)
-      v[k] = Log ? (v[k] - rb[k % NS]) - kk[k % NS] : dexp(v[k] - rb[k % NS]) * kk[k % NS];
-    cx.store(c, v);
+    cx.load(0, c, x, tzero);
+    cx.store(c, [&](int k) -> A {
+      const A xv = x[k];
+      return Log ? (xv - rb[k % NS]) - kk[k % NS] : dexp_elem<T>(xv - rb[k % NS]) * kk[k % NS];
+    });
   }
 }
 
@@ -208,47 +359,53 @@ template <bool Log, class A, class Cx>
 __device__ __forceinline__ void bwd_body(Cx& cx) {
   constexpr int EV = Cx::EV, NS = Cx::NS;
   using I = typename Cx::Index;
+  using T = typename Cx::T;
   using Epi = std::conditional_t<Log, ops::LogSoftmaxBwd, ops::SoftmaxBwd>;
-  A g[EV], y[EV], acc[NS];
+  const T tzero = st<T>(A(0));
+  typename Cx::Raw g, y;
+  A acc[NS];
 #pragma unroll
   for (int i = 0; i < NS; ++i) acc[i] = A(0);
   if (cx.chunks == 1) {
-    cx.load(0, I(0), g, A(0));
-    cx.load(1, I(0), y, A(0));
+    cx.load(0, I(0), g, tzero);
+    cx.load(1, I(0), y, tzero);
 #pragma unroll
     for (int k = 0; k < EV; ++k) acc[k % NS] += Epi::term(g[k], y[k]);
+    g.launder();
+    y.launder();
     cx.template reduce<A>(acc, SumOp{});
-#pragma unroll
-    for (int k = 0; k < EV; ++k) g[k] = Epi::apply(g[k], y[k], acc[k % NS]);
-    cx.store(I(0), g);
+    cx.store(I(0), [&](int k) -> A { return Epi::apply(g[k], y[k], acc[k % NS]); });
     return;
   }
   for (I c = 0; c < I(cx.chunks); ++c) {
-    cx.load(0, c, g, A(0));
-    if constexpr (!Log) cx.load(1, c, y, A(0));
+    cx.load(0, c, g, tzero);
+    if constexpr (!Log) cx.load(1, c, y, tzero);
 #pragma unroll
     for (int k = 0; k < EV; ++k) acc[k % NS] += Log ? g[k] : g[k] * y[k];
   }
   cx.template reduce<A>(acc, SumOp{});
   for (I c = 0; c < I(cx.chunks); ++c) {
-    cx.load(0, c, g, A(0));
-    cx.load(1, c, y, A(0));
-#pragma unroll
-    for (int k = 0; k < EV; ++k) g[k] = Epi::apply(g[k], y[k], acc[k % NS]);
-    cx.store(c, g);
+    cx.load(0, c, g, tzero);
+    cx.load(1, c, y, tzero);
+    cx.store(c, [&](int k) -> A { return Epi::apply(g[k], y[k], acc[k % NS]); });
   }
 }
 
 // ---------------------------------------------------------------- contexts
 
-template <class T> constexpr int kEV = sizeof(T) == 8 ? 8 : 16;
+// Elements per thread per array: detail::softmax_elems_per_thread, the geometry's
+// (so plan and kernel agree).
+template <class T, detail::SoftmaxKernel K, bool Fwd, int V>
+constexpr int kEV = detail::softmax_elems_per_thread(K, int(sizeof(T)), Fwd, V);
 
 // lastdim_warp: lanes [0, L) of a group hold vectors lane, lane + L, ... of the row.
-template <class T, class I, int V>
+template <class T_, class I, int V, int EV_>
 struct WarpCx {
+  using T = T_;
   using Index = I;
   using A = dacc_t<T>;
-  static constexpr int EV = kEV<T>, NS = 1, NV = EV / V;
+  static constexpr int EV = EV_, NS = 1, NV = EV / V;
+  using Raw = sm::Raw<T, V, NV>;
   const T* a;
   const T* b;
   T* out;
@@ -256,22 +413,16 @@ struct WarpCx {
   int lanes, lane;
   bool active;
   int64_t chunks = 1;
-  __device__ __forceinline__ void load(int which, I c, A (&v)[EV], A pad) const {
+  __device__ __forceinline__ void load(int which, I c, Raw& r, T pad) const {
     const Vec<T, V>* p = reinterpret_cast<const Vec<T, V>*>(which ? b : a);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
       const I vi = (c * I(NV) + I(j)) * I(lanes) + I(lane);
-      if (active && vi * I(V) < D) {
-        const Vec<T, V> w = p[vi];
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[j * V + i] = ld(w.v[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[j * V + i] = pad;
-      }
+      if (active && vi * I(V) < D) r.load(j, p + vi);
+      else r.pad(j, pad);
     }
   }
-  __device__ __forceinline__ void store(I c, const A (&v)[EV]) const {
+  template <class F> __device__ __forceinline__ void store(I c, F f) const {
     Vec<T, V>* p = reinterpret_cast<Vec<T, V>*>(out);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
@@ -279,7 +430,7 @@ struct WarpCx {
       if (active && vi * I(V) < D) {
         Vec<T, V> w;
 #pragma unroll
-        for (int i = 0; i < V; ++i) w.v[i] = st<T>(v[j * V + i]);
+        for (int i = 0; i < V; ++i) w.v[i] = st<T>(f(j * V + i));
         p[vi] = w;
       }
     }
@@ -304,7 +455,7 @@ __global__ void __launch_bounds__(256) warp_kernel(Args args) {
     const I row = r0 + group;
     const bool active = row < rows;
     const int64_t base = active ? int64_t(row) * D : 0;  // row base: 64-bit
-    WarpCx<T, I, V> cx{static_cast<const T*>(args.a) + base,
+    WarpCx<T, I, V, kEV<T, detail::SoftmaxKernel::Warp, Fwd, V>> cx{static_cast<const T*>(args.a) + base,
                        Fwd ? nullptr : static_cast<const T*>(args.b) + base,
                        static_cast<T*>(args.out) + base,
                        I(D),
@@ -324,11 +475,13 @@ __device__ __forceinline__ unsigned char* dyn_smem() {
 
 // lastdim_block: thread t of cluster rank r holds vectors
 // ((c*C + r)*NV + j)*B + t of the row, j < NV, chunk c.
-template <class T, class I, int V>
+template <class T_, class I, int V, int EV_>
 struct BlockCx {
+  using T = T_;
   using Index = I;
   using A = dacc_t<T>;
-  static constexpr int EV = kEV<T>, NS = 1, NV = EV / V;
+  static constexpr int EV = EV_, NS = 1, NV = EV / V;
+  using Raw = sm::Raw<T, V, NV>;
   const T* a;
   const T* b;
   T* out;
@@ -336,22 +489,16 @@ struct BlockCx {
   int B, t, C, rank;
   int64_t chunks;
   __device__ __forceinline__ I vidx(I c, int j) const { return ((c * I(C) + I(rank)) * I(NV) + I(j)) * I(B) + I(t); }
-  __device__ __forceinline__ void load(int which, I c, A (&v)[EV], A pad) const {
+  __device__ __forceinline__ void load(int which, I c, Raw& r, T pad) const {
     const Vec<T, V>* p = reinterpret_cast<const Vec<T, V>*>(which ? b : a);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
       const I vi = vidx(c, j);
-      if (vi * I(V) < D) {
-        const Vec<T, V> w = p[vi];
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[j * V + i] = ld(w.v[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[j * V + i] = pad;
-      }
+      if (vi * I(V) < D) r.load(j, p + vi);
+      else r.pad(j, pad);
     }
   }
-  __device__ __forceinline__ void store(I c, const A (&v)[EV]) const {
+  template <class F> __device__ __forceinline__ void store(I c, F f) const {
     Vec<T, V>* p = reinterpret_cast<Vec<T, V>*>(out);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
@@ -359,7 +506,7 @@ struct BlockCx {
       if (vi * I(V) < D) {
         Vec<T, V> w;
 #pragma unroll
-        for (int i = 0; i < V; ++i) w.v[i] = st<T>(v[j * V + i]);
+        for (int i = 0; i < V; ++i) w.v[i] = st<T>(f(j * V + i));
         p[vi] = w;
       }
     }
@@ -399,7 +546,7 @@ __global__ void __launch_bounds__(1024) block_kernel(Args args) {
   const int64_t D = args.D;
   for (I row = I(blockIdx.x / unsigned(C)); row < rows; row += I(gridDim.x / unsigned(C))) {
     const int64_t base = int64_t(row) * D;  // row base: 64-bit
-    BlockCx<T, I, V> cx{static_cast<const T*>(args.a) + base,
+    BlockCx<T, I, V, kEV<T, detail::SoftmaxKernel::Block, Fwd, V>> cx{static_cast<const T*>(args.a) + base,
                         Fwd ? nullptr : static_cast<const T*>(args.b) + base,
                         static_cast<T*>(args.out) + base,
                         I(D),
@@ -415,11 +562,13 @@ __global__ void __launch_bounds__(1024) block_kernel(Args args) {
 
 // spatial: thread (ty_i, tx_i) holds V consecutive columns starting at the
 // tile's column tx_i*V and rows d = ty_i + TY*((c*C + r)*E + j), j < E.
-template <class T, class I, int V>
+template <class T_, class I, int V, int EV_>
 struct SpatialCx {
+  using T = T_;
   using Index = I;
   using A = dacc_t<T>;
-  static constexpr int EV = kEV<T>, NS = V, E = EV / V;
+  static constexpr int EV = EV_, NS = V, E = EV / V;
+  using Raw = sm::Raw<T, V, E>;
   const T* a;
   const T* b;
   T* out;
@@ -428,29 +577,23 @@ struct SpatialCx {
   bool active;
   int64_t chunks;
   __device__ __forceinline__ I row(I c, int j) const { return I(tyi) + I(TY) * ((c * I(C) + I(rank)) * I(E) + I(j)); }
-  __device__ __forceinline__ void load(int which, I c, A (&v)[EV], A pad) const {
+  __device__ __forceinline__ void load(int which, I c, Raw& r, T pad) const {
     const T* p = which ? b : a;
 #pragma unroll
     for (int j = 0; j < E; ++j) {
       const I d = row(c, j);
-      if (active && d < D) {
-        const Vec<T, V> w = *reinterpret_cast<const Vec<T, V>*>(p + d * inner);
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[j * V + i] = ld(w.v[i]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) v[j * V + i] = pad;
-      }
+      if (active && d < D) r.load(j, reinterpret_cast<const Vec<T, V>*>(p + d * inner));
+      else r.pad(j, pad);
     }
   }
-  __device__ __forceinline__ void store(I c, const A (&v)[EV]) const {
+  template <class F> __device__ __forceinline__ void store(I c, F f) const {
 #pragma unroll
     for (int j = 0; j < E; ++j) {
       const I d = row(c, j);
       if (active && d < D) {
         Vec<T, V> w;
 #pragma unroll
-        for (int i = 0; i < V; ++i) w.v[i] = st<T>(v[j * V + i]);
+        for (int i = 0; i < V; ++i) w.v[i] = st<T>(f(j * V + i));
         *reinterpret_cast<Vec<T, V>*>(out + d * inner) = w;
       }
     }
@@ -533,7 +676,7 @@ __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
       const I o = col / inner;
       base = int64_t(o) * slab + int64_t(col - o * inner);
     }
-    SpatialCx<T, I, V> cx{static_cast<const T*>(args.a) + base,
+    SpatialCx<T, I, V, kEV<T, detail::SoftmaxKernel::Spatial, Fwd, V>> cx{static_cast<const T*>(args.a) + base,
                           Fwd ? nullptr : static_cast<const T*>(args.b) + base,
                           static_cast<T*>(args.out) + base,
                           I(args.D),

@@ -94,15 +94,20 @@ struct Geo {
 };
 
 // Shapes that reach every kernel shape: lane groups of 1..32 lanes, a block per
-// row, clusters of 512-thread blocks ([2, 16384], [3, 40000]) and of 1024-thread
-// blocks ([1, 140000] at 16 elements per thread: 16 x 1024 x 16 >= D > 16 x 512 x 16),
-// streaming rows; spatial tiles with D in registers, a cluster over D, streaming
-// D; vector and scalar widths; awkward sizes.
+// row, clusters of 512-thread blocks and of 1024-thread blocks (16 x 1024 x EV >= D
+// > 16 x 512 x EV; EV per dtype and direction, softmax_elems_per_thread: 16 to 64,
+// so [1, 140000], [1, 300000] and [1, 600000] between them), streaming rows
+// ([1, 1100000]: past 16 x 1024 x 64 for the 16-bit forward); spatial tiles with D
+// in registers, a cluster over D, streaming D; vector and scalar widths; awkward
+// sizes. CudaSoftmaxShapes.ReachEveryGeometryVariant (no GPU needed) checks the
+// coverage per dtype and direction.
 const std::vector<Geo>& shapes() {
   static const std::vector<Geo> s = {
       {{7, 1}, -1},        {{9, 2}, -1},         {{5, 31}, -1},       {{6, 33}, -1},      {{4, 59}, -1},
       {{3, 97}, -1},       {{40, 128}, -1},      {{5, 512}, -1},      {{3, 513}, -1},     {{2, 1025}, -1},
       {{3, 4097}, -1},     {{2, 16384}, -1},     {{3, 40000}, -1},    {{1, 300001}, -1},  {{1, 140000}, -1},
+      {{1, 300000}, -1},   {{1, 600000}, -1},    {{1, 1100000}, -1},  {{3, 2048}, -1},   {{140, 4096}, -1},
+      {{1, 140001}, -1},   {{1, 100000}, -1},    {{1, 100001}, -1},   {{2, 33, 7}, 1},   {{1, 5000, 33}, 1},
       {{2, 3, 4, 5}, 3},
       {{3, 5, 7}, 1},      {{2, 33, 64}, 1},     {{4, 97, 8}, 1},     {{2, 1025, 16}, 1}, {{1, 5000, 32}, 1},
       {{2, 40000, 4}, 1},  {{3, 2, 1031}, 1},    {{2, 3, 5, 7}, 0},   {{1, 4, 3000}, 1},  {{6, 1, 9}, 1},
@@ -221,12 +226,49 @@ TYPED_TEST(CudaSoftmax, EveryPathAgainstReferenceAndCpuI64) {
 TEST(CudaSoftmaxSan, SharedMemoryClusterAndStreamingPaths) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(99);
-  const std::vector<Geo> s = {{{3, 4097}, -1},  {{2, 16384}, -1},   {{1, 300001}, -1}, {{1, 140000}, -1}, {{2, 1025, 16}, 1},
-                              {{1, 5000, 32}, 1}, {{2, 40000, 4}, 1}, {{4, 97, 8}, 1}};
+  const std::vector<Geo> s = {{{3, 4097}, -1},  {{2, 16384}, -1},   {{1, 300001}, -1}, {{1, 140000}, -1}, {{1, 300000}, -1},
+                              {{1, 600000}, -1}, {{2, 1025, 16}, 1}, {{1, 5000, 32}, 1}, {{2, 40000, 4}, 1}, {{4, 97, 8}, 1}};
   for (bool f64 : {false, true})
     for (const Geo& c : s)
       for (bool log : {false, true})
         for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<float>(c, log, dir, f64, rng);
+}
+
+// No GPU needed: the geometry variants shapes() reaches, per dtype and direction.
+// Each kernel holds raw (packed, for 16-bit vectors) registers whose count depends
+// on dtype, direction and vector width (softmax_elems_per_thread), so each
+// combination must reach each variant: lane groups, a block per row, clusters of
+// 512 and of 1024 threads, streaming; spatial with shuffles only, shared memory, a
+// cluster, streaming.
+std::string geometry_variant(const detail::SoftmaxGeometry& g) {
+  const std::string v = g.vec > 1 ? ".vec" : ".scalar";
+  switch (g.kernel) {
+    case detail::SoftmaxKernel::Warp: return "warp" + v;
+    case detail::SoftmaxKernel::Block:
+      return std::string("block.") +
+             (g.chunks > 1 ? "stream" : g.cluster == 1 ? "one" : g.tx == 1024 ? "cluster1024" : "cluster") + v;
+    default:
+      return std::string("spatial.") + (g.chunks > 1 ? "stream" : g.cluster > 1 ? "cluster" : g.ty > 1 ? "smem" : "shfl") + v;
+  }
+}
+
+TEST(CudaSoftmaxShapes, ReachEveryGeometryVariant) {
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      std::set<std::string> got;
+      for (const Geo& c : shapes())
+        got.insert(geometry_variant(detail::softmax_geometry(
+            make_softmax_problem(c.shape, c.dim, dt, dir, false, Backend::CUDA))));
+      std::string all;
+      for (const auto& v : got) all += v + " ";
+      for (const char* want : {"warp.vec", "warp.scalar", "block.one.vec", "block.one.scalar", "block.cluster.vec",
+                               "block.cluster.scalar", "block.cluster1024.vec", "block.cluster1024.scalar",
+                               "block.stream.vec", "block.stream.scalar", "spatial.shfl.vec", "spatial.shfl.scalar",
+                               "spatial.smem.vec", "spatial.smem.scalar", "spatial.cluster.vec",
+                               "spatial.cluster.scalar", "spatial.stream.vec"})
+        EXPECT_TRUE(got.count(want)) << dtype_name(dt) << (dir == Direction::Fwd ? " fwd" : " bwd") << ": " << want
+                                     << " not reached; reached: " << all;
+    }
 }
 
 TEST(CudaSoftmaxTrace, EveryCudaSoftmaxPathReached) {

@@ -186,49 +186,140 @@ TEST(CudaSoftmaxPlan, EveryCudaPathIsPlannedAndRegistered) {
   EXPECT_EQ(n, 24);
 }
 
+// Elements per thread per array (v4): registers hold raw loaded vectors, 128 bytes
+// in flight per thread on the last-dim kernels (fwd one array, bwd two), 64 bytes
+// per array on spatial, 16 elements for scalar loads, 8 for float64.
+TEST(CudaSoftmaxPlan, ElementsPerThread) {
+  using detail::SoftmaxKernel;
+  using detail::softmax_elems_per_thread;
+  for (SoftmaxKernel k : {SoftmaxKernel::Warp, SoftmaxKernel::Block}) {
+    EXPECT_EQ(softmax_elems_per_thread(k, 4, true, 4), 32);
+    EXPECT_EQ(softmax_elems_per_thread(k, 4, false, 4), 16);
+    EXPECT_EQ(softmax_elems_per_thread(k, 2, true, 8), 64);
+    EXPECT_EQ(softmax_elems_per_thread(k, 2, false, 8), 32);
+    EXPECT_EQ(softmax_elems_per_thread(k, 8, true, 2), 8);
+    EXPECT_EQ(softmax_elems_per_thread(k, 8, false, 2), 8);
+    for (int es : {2, 4})
+      for (bool fwd : {true, false}) EXPECT_EQ(softmax_elems_per_thread(k, es, fwd, 1), 16);
+  }
+  EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 4, true, 4), 16);
+  EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 4, false, 4), 16);
+  EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 2, true, 4), 32);
+  EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 2, false, 4), 32);
+  EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 2, true, 1), 16);
+  EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 8, true, 2), 8);
+  // The geometry reports the EV it planned with.
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd})
+      for (const auto& [s, d] : std::vector<std::pair<Shape, int64_t>>{
+               {{300, 100}, -1}, {{16, 4096}, -1}, {{3, 4097}, -1}, {{4, 6, 8}, 1}, {{4, 6, 5}, 1}}) {
+        const SoftmaxProblem p = cuda_problem(s, d, dir, false, dt);
+        const auto g = detail::softmax_geometry(p);
+        EXPECT_EQ(g.ev, softmax_elems_per_thread(g.kernel, dtype_size(dt), dir == Direction::Fwd, g.vec))
+            << shape_string(s) << " " << dtype_name(dt);
+      }
+}
+
 // The worked examples of src/core/softmax_geometry.h.
 TEST(CudaSoftmaxPlan, WorkedExamples) {
-  auto geo = [](const Shape& s, int64_t dim, DType dt) {
-    return detail::softmax_geometry(cuda_problem(s, dim, Direction::Fwd, false, dt));
+  auto geo = [](const Shape& s, int64_t dim, DType dt, Direction dir = Direction::Fwd) {
+    return detail::softmax_geometry(cuda_problem(s, dim, dir, false, dt));
   };
+  constexpr Direction kBwd = Direction::Bwd;
+  // [16384, 4096]: a block per row, resident; threads per row = 4096 / EV.
   auto g = geo({16384, 4096}, -1, DType::Float32);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
-  EXPECT_EQ(g.tx, 256);
+  EXPECT_EQ(g.ev, 32);
+  EXPECT_EQ(g.tx, 128);
   EXPECT_EQ(g.cluster, 1);
   EXPECT_EQ(g.chunks, 1);
   EXPECT_EQ(g.vec, 4);
   EXPECT_EQ(g.index_bits, 32);
-  // Long rows: blocks of 512 (two per SM) in a cluster, 1024 only where a
-  // resident row needs more than 16 blocks of 512.
-  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
-    g = geo({2048, 65536}, -1, dt);
+  g = geo({16384, 4096}, -1, DType::Float32, kBwd);
+  EXPECT_EQ(g.tx, 256);
+  EXPECT_EQ(g.cluster, 1);
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    g = geo({16384, 4096}, -1, dt);
+    EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
+    EXPECT_EQ(g.vec, 8);
+    EXPECT_EQ(g.ev, 64);
+    EXPECT_EQ(g.tx, 64);
+    EXPECT_EQ(g.grid, 16384);
+    g = geo({16384, 4096}, -1, dt, kBwd);
+    EXPECT_EQ(g.ev, 32);
+    EXPECT_EQ(g.tx, 128);
+  }
+  // Long rows: blocks of 512 (two per SM) in a cluster of 4096 * 16 / (512 * EV)
+  // blocks; 1024 only where a resident row needs more than 16 blocks of 512.
+  struct Long {
+    DType dt;
+    Direction dir;
+    int cl_65536, tx_262144, cl_262144;
+  };
+  for (const Long& l : {Long{DType::Float32, Direction::Fwd, 4, 512, 16}, Long{DType::Float32, kBwd, 8, 1024, 16},
+                        Long{DType::Float16, Direction::Fwd, 2, 512, 8}, Long{DType::Float16, kBwd, 4, 512, 16},
+                        Long{DType::BFloat16, Direction::Fwd, 2, 512, 8}, Long{DType::BFloat16, kBwd, 4, 512, 16}}) {
+    SCOPED_TRACE(std::string(dtype_name(l.dt)) + (l.dir == Direction::Fwd ? " fwd" : " bwd"));
+    g = geo({2048, 65536}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
     EXPECT_EQ(g.tx, 512);
-    EXPECT_EQ(g.cluster, 8);
+    EXPECT_EQ(g.cluster, l.cl_65536);
     EXPECT_EQ(g.chunks, 1);
-    EXPECT_EQ(g.grid, 2048 * 8);
-    g = geo({64, 262144}, -1, dt);
+    EXPECT_EQ(g.grid, 2048 * l.cl_65536);
+    g = geo({64, 262144}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
-    EXPECT_EQ(g.cluster, 16);
-    EXPECT_EQ(g.tx, 1024);
+    EXPECT_EQ(g.cluster, l.cl_262144);
+    EXPECT_EQ(g.tx, l.tx_262144);
     EXPECT_EQ(g.chunks, 1);
-    EXPECT_GE(g.grid, 132);
+    EXPECT_GE(g.grid, 512);
   }
-  g = geo({100, 8192 + 16}, -1, DType::Float32);  // just past one block of 512 x 16
+  g = geo({100, 8192 + 16}, -1, DType::Float32, kBwd);  // just past one block of 512 x 16
   EXPECT_EQ(g.tx, 512);
   EXPECT_EQ(g.cluster, 2);
-  g = geo({4, 16 * 1024 * 16 + 16}, -1, DType::Float32);  // past 16 x 1024 x 16: streaming
+  g = geo({100, 16384 + 32}, -1, DType::Float32);  // just past one block of 512 x 32
+  EXPECT_EQ(g.tx, 512);
+  EXPECT_EQ(g.cluster, 2);
+  g = geo({4, 16 * 1024 * 16 + 16}, -1, DType::Float32, kBwd);  // past 16 x 1024 x 16: streaming
   EXPECT_EQ(g.tx, 512);
   EXPECT_EQ(g.cluster, 16);
   EXPECT_EQ(g.chunks, 3);
-  // Spatial, 16-bit types: 8-byte vectors (4 statistics slots per thread).
-  g = geo({64, 256, 56, 56}, 1, DType::Float16);
-  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
-  EXPECT_EQ(g.vec, 4);
+  g = geo({4, 16 * 1024 * 32 + 32}, -1, DType::Float32);  // past 16 x 1024 x 32: streaming
+  EXPECT_EQ(g.tx, 512);
+  EXPECT_EQ(g.cluster, 16);
+  EXPECT_EQ(g.chunks, 3);
+  g = geo({4, 16 * 1024 * 64 + 64}, -1, DType::Float16);  // past 16 x 1024 x 64: streaming
+  EXPECT_EQ(g.tx, 512);
+  EXPECT_EQ(g.cluster, 16);
+  EXPECT_EQ(g.chunks, 3);
+  g = geo({4, 16 * 1024 * 64}, -1, DType::Float16);  // exactly 16 x 1024 x 64: resident
+  EXPECT_EQ(g.tx, 1024);
+  EXPECT_EQ(g.cluster, 16);
+  EXPECT_EQ(g.chunks, 1);
+  // Spatial, 16-bit types: 8-byte vectors (4 statistics slots per thread), 8 rows
+  // of them per thread (64 bytes, as float32's 4 rows of 16 bytes).
+  for (Direction dir : {Direction::Fwd, kBwd}) {
+    g = geo({64, 256, 56, 56}, 1, DType::Float16, dir);
+    EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
+    EXPECT_EQ(g.vec, 4);
+    EXPECT_EQ(g.ev, 32);
+    EXPECT_EQ(g.tx, 16);
+    EXPECT_EQ(g.ty, 32);
+    EXPECT_EQ(g.chunks, 1);
+    EXPECT_EQ(g.cluster, 1);
+    g = geo({8192, 8192}, 0, DType::Float16, dir);
+    EXPECT_EQ(g.tx, 4);
+    EXPECT_EQ(g.ty, 128);
+    EXPECT_EQ(g.cluster, 8);
+    EXPECT_EQ(g.chunks, 1);
+    g = geo({32, 1000, 4096}, 1, DType::BFloat16, dir);
+    EXPECT_EQ(g.tx, 4);
+    EXPECT_EQ(g.ty, 128);
+    EXPECT_EQ(g.cluster, 1);
+  }
+  g = geo({64, 256, 56, 56}, 1, DType::Float32);
+  EXPECT_EQ(g.ev, 16);
   EXPECT_EQ(g.tx, 8);
   EXPECT_EQ(g.ty, 64);
-  EXPECT_EQ(g.chunks, 1);
-  EXPECT_EQ(g.cluster, 1);
   g = geo({8, 4, int64_t(1) << 24}, 1, DType::BFloat16);
   EXPECT_EQ(g.vec, 4);
   EXPECT_EQ(g.ty, 1);
@@ -240,9 +331,22 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
   EXPECT_EQ(g.ty, 1);
   EXPECT_GE(g.grid, 264);
+  // [262144, 128]: a lane group per row, 128 / EV lanes.
   g = geo({262144, 128}, -1, DType::Float16);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Warp);
+  EXPECT_EQ(g.lanes, 2);
+  g = geo({262144, 128}, -1, DType::Float16, kBwd);
+  EXPECT_EQ(g.lanes, 4);
+  g = geo({262144, 128}, -1, DType::Float32);
+  EXPECT_EQ(g.lanes, 4);
+  g = geo({262144, 128}, -1, DType::Float32, kBwd);
   EXPECT_EQ(g.lanes, 8);
+  // The warp path's reach: D <= 32 * EV.
+  EXPECT_EQ(geo({100, 2048}, -1, DType::Float16).kernel, detail::SoftmaxKernel::Warp);
+  EXPECT_EQ(geo({100, 2056}, -1, DType::Float16).kernel, detail::SoftmaxKernel::Block);
+  EXPECT_EQ(geo({100, 1024}, -1, DType::Float32).kernel, detail::SoftmaxKernel::Warp);
+  EXPECT_EQ(geo({100, 1024}, -1, DType::Float32, kBwd).kernel, detail::SoftmaxKernel::Block);
+  EXPECT_EQ(geo({100, 513}, -1, DType::Float16).kernel, detail::SoftmaxKernel::Block);  // scalar: EV 16
   // Few blocks' worth of rows: a long row is spread over a cluster.
   g = geo({8, 32768}, -1, DType::Float32);
   EXPECT_GE(g.grid, 64);
