@@ -11,6 +11,10 @@
 //                    segment ids, monotone across lanes) joins the lanes' partials.
 //   feat_reduce      inner > 1. A group of G lanes walks `kFeatItems` merge items;
 //                    each position is one vector load per lane (V features).
+//   fixup_tree       segment_reduce's fix-up (v5): fixup's phase 1, then the long
+//                    segments' carries in chunks of 32 tiles across the whole grid
+//                    and a tree per segment (see the kernel). fixup stays for the
+//                    ragged softmax family.
 //   fixup            the segments that cross tile edges (one cooperative launch):
 //                    every tile leaves a carry (partial of the segment open at its
 //                    end) and, when it completes a segment that began in an earlier
@@ -86,8 +90,14 @@ __device__ __forceinline__ void merge_search(const P& ends, Idx nseg, Idx nel, I
 // The same split, found by galloping from the proportional guess
 // d * nseg / (nseg + nel): exact for equal lengths, so a tile of 2M segments of
 // 32 finds its start in ~4 dependent loads instead of ~21 (a binary search over
-// global memory is latency, not bandwidth, and every tile pays it). Skewed
-// distributions cost at most ~2x the binary search's depth.
+// global memory is latency, not bandwidth, and every tile pays it). The gallop
+// stops after kGallopProbes probes (v5; v4 galloped on, ~2x the binary search's
+// depth when the guess is far off, e.g. inside one 2^26 segment beside 1M
+// singles): then a binary search of the bracket left, at most
+// kGallopProbes + log2(nseg) probes. The split has one answer, so the cap
+// changes the cost, never (i, j).
+constexpr int kGallopProbes = 8;
+
 template <class Idx, class P>
 __device__ __forceinline__ void merge_search_global(const P& ends, Idx nseg, Idx nel, Idx d, Idx& i, Idx& j) {
   Idx lo = d > nel ? d - nel : Idx(0);
@@ -99,7 +109,7 @@ __device__ __forceinline__ void merge_search_global(const P& ends, Idx nseg, Idx
     // P(m): ends[m] <= d - m - 1  (the answer is > m). Find the first m with !P.
     if (Idx(ends[g]) <= d - g - 1) {
       Idx step = 1, a = g + 1;  // answer in [a, hi]
-      while (a < hi) {
+      for (int n = 0; n < kGallopProbes && a < hi; ++n) {
         const Idx probe = hi - a > step ? a + step - 1 : hi - 1;
         if (Idx(ends[probe]) <= d - probe - 1) {
           a = probe + 1;
@@ -112,7 +122,7 @@ __device__ __forceinline__ void merge_search_global(const P& ends, Idx nseg, Idx
       lo = a;
     } else {
       Idx step = 1, b = g;  // answer in [lo, b]
-      while (b > lo) {
+      for (int n = 0; n < kGallopProbes && b > lo; ++n) {
         const Idx probe = b - lo > step ? b - step : lo;
         if (Idx(ends[probe]) <= d - probe - 1) {
           lo = probe + 1;
@@ -613,6 +623,131 @@ __global__ void __launch_bounds__(256) fixup(Fn fn, const Idx* __restrict__ q, c
       A acc = fn.identity();
       if (f < inner)
         for (Idx p = cy; p < cnt; p += CY) acc = fn.combine(acc, carry[(w0 + p) * inner + f]);
+      sh[threadIdx.x] = acc;
+      __syncthreads();
+      for (int s = CY / 2; s > 0; s >>= 1) {
+        if (cy < s) sh[cy * FY + fx] = fn.combine(sh[cy * FY + fx], sh[(cy + s) * FY + fx]);
+        __syncthreads();
+      }
+      if (cy == 0 && f < inner) fn.finish(t, f, fn.combine(sh[fx], head[w * inner + f]));
+      __syncthreads();
+    }
+  }
+}
+
+// segment_reduce's fix-up (v5). Phase 1 as in fixup: crossing segments of
+// <= kShortFix tiles combined by the lane group of the tile that completes them,
+// longer ones listed. When the list is not empty, the long segments' carries are
+// combined in two more fixed-order steps instead of v4's one block per segment
+// looping over all its carries (131k carries for one 2^26 segment: one block,
+// ~512 serial combines per thread, while the grid waited):
+//   phase 2 (after grid.sync): the tiles are cut into aligned chunks of
+//     kFixChunk; one thread per (chunk, feature) combines, for each of the (at
+//     most two) runs of a long segment's carries in the chunk, the run in tile
+//     order and writes the result over the run's first carry (the run's tiles
+//     belong to this thread alone, so in place is safe);
+//   phase 3 (after grid.sync): one block per long segment combines its partials
+//     (at tile w0, then at every chunk start in (w0, w)) with v4's strided
+//     fixed-order tree, then the head.
+// The order depends only on the shape: bitwise reproducible. The partials are
+// written by other blocks of this launch, so phase 3 reads them through L2.
+constexpr int kFixChunk = 32;
+
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                                  const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner, int FX,
+                                                  typename Fn::A* carry, const typename Fn::A* __restrict__ head,
+                                                  Idx* long_list, unsigned* long_count) {
+  using A = typename Fn::A;
+  __shared__ A sh[256];
+  const int lane = int(threadIdx.x) & (FX - 1);
+  const Idx groups = Idx(gridDim.x) * Idx(blockDim.x / FX);
+  for (Idx w = (Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x)) / FX; w < W; w += groups) {
+    const Idx t = tile_i[w];
+    if (!(tile_i[w + 1] > t && q[t] < tile_j[w])) continue;  // no crossing segment completes in w
+    const Idx w0 = first_carry_tile(q, t, items);
+    if (w - w0 > kShortFix) {
+      if (lane == 0) long_list[atomicAdd(long_count, 1u)] = w;
+      continue;
+    }
+    for (Idx f = lane; f < inner; f += FX) {
+      A acc = fn.identity();
+      for (Idx p = w0; p < w; ++p) acc = fn.combine(acc, carry[p * inner + f]);
+      fn.finish(t, f, fn.combine(acc, head[w * inner + f]));
+    }
+  }
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  grid.sync();
+  const unsigned nlong = __ldcg(long_count);
+  if (nlong == 0) return;  // the same value in every block: no grid.sync is skipped by some only
+  // Phase 2: chunk partials of the long segments' carries. A long segment has
+  // more than kShortFix >= kFixChunk carries, so within one chunk it either holds
+  // the chunk's first tile or starts inside the chunk and holds its last tile: at
+  // most two long runs per chunk, found from the chunk's two ends (no walk over
+  // the chunk's short runs, e.g. 32 tiles of single-element segments).
+  static_assert(kFixChunk <= kShortFix, "a long segment must reach a chunk edge");
+  const Idx U = tile_i[W];  // every segment end lies before the last boundary
+  const int64_t nchunk = (int64_t(W) + kFixChunk - 1) / kFixChunk;
+  const int64_t work = nchunk * int64_t(inner);
+  const int64_t gstride = int64_t(gridDim.x) * blockDim.x;
+  auto combine_run = [&](Idx b, Idx e, Idx f) {  // carries [b, e) in tile order, 8 loads in flight
+    constexpr int B = 8;
+    A acc = fn.identity();
+    for (Idx p0 = b; p0 < e; p0 += B) {
+      A v[B];
+#pragma unroll
+      for (int u = 0; u < B; ++u) v[u] = p0 + u < e ? carry[(p0 + u) * inner + f] : fn.identity();
+#pragma unroll
+      for (int u = 0; u < B; ++u)
+        if (p0 + u < e) acc = fn.combine(acc, v[u]);
+    }
+    carry[b * inner + f] = acc;  // the run's tiles belong to this thread alone
+  };
+  for (int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; id < work; id += gstride) {
+    const int64_t k = id / int64_t(inner);
+    const Idx f = Idx(id - k * int64_t(inner));
+    const Idx s0 = Idx(k * kFixChunk);
+    const Idx cend = Idx((k + 1) * kFixChunk < int64_t(W) ? (k + 1) * kFixChunk : int64_t(W));
+    // The carry of tile p belongs to segment tile_i[p + 1] (open at the end of p);
+    // segment t owns the carries of tiles [first_carry_tile(t), first_carry_tile(t + 1)).
+    const Idx ta = tile_i[s0 + 1], tb = tile_i[cend];  // tile_i[W] = U: nothing open
+    if (ta < U) {
+      const Idx w0 = first_carry_tile(q, ta, items), we = first_carry_tile(q, Idx(ta + 1), items);
+      if (we - w0 > kShortFix) combine_run(s0, we < cend ? we : cend, f);  // the segment phase 1 listed (w = we)
+    }
+    if (tb < U && tb != ta) {  // starts inside the chunk (tile s0 belongs to ta): w0 > s0
+      const Idx w0 = first_carry_tile(q, tb, items), we = first_carry_tile(q, Idx(tb + 1), items);
+      if (we - w0 > kShortFix) combine_run(w0, cend, f);
+    }
+  }
+  grid.sync();
+  // Phase 3: one block per long segment, over its partials: lanes x features (32,
+  // or 1 when inner == 1) by strided partials, then a fixed-order tree.
+  const int FY = inner == 1 ? 1 : 32;
+  const int CY = 256 / FY;
+  const int fx = int(threadIdx.x) % FY, cy = int(threadIdx.x) / FY;
+  for (unsigned e = blockIdx.x; e < nlong; e += gridDim.x) {
+    const Idx w = __ldcg(long_list + e);
+    const Idx t = tile_i[w];
+    const Idx w0 = first_carry_tile(q, t, items);
+    const Idx c0 = w0 / kFixChunk;
+    const Idx np = (w - 1) / kFixChunk - c0 + 1;  // partial 0 at w0, partial m > 0 at (c0 + m) * kFixChunk
+    for (Idx f0 = 0; f0 < inner; f0 += FY) {
+      const Idx f = f0 + fx;
+      A acc = fn.identity();
+      if (f < inner)
+        for (Idx m0 = cy; m0 < np; m0 += CY * 4) {
+          A v[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const Idx m = m0 + u * CY;
+            const Idx slot = m == 0 ? w0 : (c0 + m) * kFixChunk;
+            v[u] = m < np ? __ldcg(carry + slot * inner + f) : fn.identity();
+          }
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            if (m0 + u * CY < np) acc = fn.combine(acc, v[u]);
+        }
       sh[threadIdx.x] = acc;
       __syncthreads();
       for (int s = CY / 2; s > 0; s >>= 1) {

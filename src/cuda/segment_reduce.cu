@@ -14,6 +14,11 @@
 //
 // prepare (cooperative launch, grid-stride, any grid size; phases separated by
 // grid.sync):
+//   0. offsets only (v5): the scan blocks write q = row base + clamped offset
+//      directly and flag any drop of the clamped offsets within a row; after one
+//      grid.sync, if no block raised its flag, q is the running max already and
+//      the partition (3) follows; otherwise (invalid metadata, unsafe mode) 1-2
+//      rebuild all of q. Lengths always take 1-2.
 //   1. the first `scan blocks` each reduce a contiguous range of the metadata
 //      items (row-major, outer x k) with the segmented operator ScanOp: their
 //      aggregates;
@@ -116,7 +121,10 @@ struct ScanOp {
 constexpr int kPrepBlock = 256;
 constexpr int kPrepIpt = 4;                              // items per thread per block scan
 constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block scan
-constexpr int64_t kPrepItemsPerBlock = 4 * kPrepTile;    // target metadata items per scan block
+// One block-scan tile per scan block wherever the cooperative grid holds enough
+// blocks (v4 took 4): each pass over the metadata is then one dependent round of
+// loads per block instead of four.
+constexpr int64_t kPrepItemsPerBlock = kPrepTile;        // target metadata items per scan block
 
 template <class Idx>
 struct PrepArgs {
@@ -124,7 +132,8 @@ struct PrepArgs {
   int64_t outer = 0, S = 0, L = 0, k = 0;  // k: metadata entries per row (S or S + 1)
   bool lengths = false;
   int64_t scan_target = 0;       // scan blocks wanted (agg has room for them)
-  KV* agg = nullptr;
+  KV* agg = nullptr;             // scan_target aggregates
+  int* flags = nullptr;          // scan_target drop flags (offsets' speculative pass)
   Idx* q = nullptr;              // outer * (S + 1) + 2 entries
   int64_t W = -1, items = 0;     // tiles and merge items per tile; W < 0: no partition
   Idx nseg = 0, nel = 0;         // U and N of the merge space
@@ -147,6 +156,8 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
   const int64_t per = nscan > 0 ? (items + nscan - 1) / nscan : 0;
   const int64_t lo = b * per, hi = lo + per < items ? lo + per : items;
   const bool scanning = b < nscan;
+  const int64_t lead = a.lengths ? 2 : 1;  // lengths entry c is the end of segment c
+  auto clampv = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > a.L ? a.L : v); };
   // Blocked tile of metadata items [base, base + kPrepTile) within [lo, hi).
   auto load = [&](int64_t base, KV (&x)[kPrepIpt]) {
     const int64_t idx = base + tid * kPrepIpt;
@@ -154,8 +165,7 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
 #pragma unroll
     for (int i = 0; i < kPrepIpt; ++i) {
       if (idx + i < hi) {
-        const int64_t v = a.m.read(r, c);
-        x[i] = KV{r, v < 0 ? 0 : (v > a.L ? a.L : v)};
+        x[i] = KV{r, clampv(a.m.read(r, c))};
       } else {
         x[i] = empty;
       }
@@ -172,45 +182,7 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
     return agg;
   };
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
-  // 1. aggregates
-  if (scanning) {
-    KV run = empty;
-    for (int64_t base = lo; base < hi; base += kPrepTile) {
-      KV x[kPrepIpt];
-      load(base, x);
-      run = op(run, scan(x));
-    }
-    if (tid == 0) a.agg[b] = run;
-  }
-  grid.sync();
-  // 2. scan with the earlier blocks' prefix, written into q
-  if (scanning) {
-    KV pre = empty;
-    for (int64_t j0 = 0; j0 < b; j0 += kPrepTile) {
-      KV x[kPrepIpt];
-#pragma unroll
-      for (int i = 0; i < kPrepIpt; ++i) {
-        const int64_t j = j0 + tid * kPrepIpt + i;
-        x[i] = j < b ? KV{__ldcg(&a.agg[j].k), __ldcg(&a.agg[j].v)} : empty;
-      }
-      pre = op(pre, scan(x));
-    }
-    const int64_t lead = a.lengths ? 2 : 1;  // lengths entry c is the end of segment c
-    for (int64_t base = lo; base < hi; base += kPrepTile) {
-      KV x[kPrepIpt];
-      load(base, x);
-      const KV t = scan(x);
-#pragma unroll
-      for (int i = 0; i < kPrepIpt; ++i) {
-        const int64_t idx = base + tid * kPrepIpt + i;
-        if (idx < hi) {
-          const KV y = op(pre, x[i]);  // y.k = this item's row
-          a.q[lead + y.k * (a.S + 1) + (idx - y.k * a.k)] = Idx(y.k * a.L + y.v);
-        }
-      }
-      pre = op(pre, t);
-    }
-  }
+  // Entries no scan writes: q[0], q[U], the lengths rows' leading 0, the counter.
   if (a.lengths)
     for (int64_t r = gtid; r < a.outer; r += gstride) a.q[1 + r * (a.S + 1)] = Idx(r * a.L);
   if (gtid == 0) {
@@ -218,9 +190,82 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
     a.q[a.outer * (a.S + 1) + 1] = Idx(a.outer * a.L);
     if (a.long_count) *a.long_count = 0;
   }
-  if (a.W < 0) return;  // uniform over the grid: no grid.sync follows
-  grid.sync();
-  // 3. partition
+  bool need_scan = a.lengths;
+  if (!a.lengths) {
+    // 0. Offsets, speculative: q = row base + clamped offset, which is the
+    // running max when the clamped offsets do not drop within a row; a block
+    // that sees a drop (the item before its range included) raises its flag.
+    int drop = 0;
+    if (scanning) {
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        const int64_t idx0 = base + tid * kPrepIpt;
+        if (idx0 < hi) {
+          const int64_t r0 = idx0 / a.k, c0 = idx0 - r0 * a.k;
+          if (c0 > 0 && clampv(a.m.read(r0, c0 - 1)) > x[0].v) drop = 1;
+        }
+#pragma unroll
+        for (int i = 0; i < kPrepIpt; ++i) {
+          if (x[i].k < 0) continue;
+          if (i > 0 && x[i - 1].k == x[i].k && x[i - 1].v > x[i].v) drop = 1;
+          const int64_t idx = idx0 + i;
+          a.q[lead + x[i].k * (a.S + 1) + (idx - x[i].k * a.k)] = Idx(x[i].k * a.L + x[i].v);
+        }
+      }
+    }
+    drop = __syncthreads_or(drop);
+    if (scanning && tid == 0) a.flags[b] = drop;
+    grid.sync();
+    int any = 0;
+    for (int64_t j = tid; j < nscan; j += kPrepBlock) any |= __ldcg(a.flags + j);
+    need_scan = __syncthreads_or(any) != 0;  // the same in every block
+  }
+  if (need_scan) {
+    // 1. aggregates
+    if (scanning) {
+      KV run = empty;
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        run = op(run, scan(x));
+      }
+      if (tid == 0) a.agg[b] = run;
+    }
+    grid.sync();
+    // 2. scan with the earlier blocks' prefix, written into q
+    if (scanning) {
+      KV pre = empty;
+      for (int64_t j0 = 0; j0 < b; j0 += kPrepTile) {
+        KV x[kPrepIpt];
+#pragma unroll
+        for (int i = 0; i < kPrepIpt; ++i) {
+          const int64_t j = j0 + tid * kPrepIpt + i;
+          x[i] = j < b ? KV{__ldcg(&a.agg[j].k), __ldcg(&a.agg[j].v)} : empty;
+        }
+        pre = op(pre, scan(x));
+      }
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        const KV t = scan(x);
+#pragma unroll
+        for (int i = 0; i < kPrepIpt; ++i) {
+          const int64_t idx = base + tid * kPrepIpt + i;
+          if (idx < hi) {
+            const KV y = op(pre, x[i]);  // y.k = this item's row
+            a.q[lead + y.k * (a.S + 1) + (idx - y.k * a.k)] = Idx(y.k * a.L + y.v);
+          }
+        }
+        pre = op(pre, t);
+      }
+    }
+    if (a.W < 0) return;  // uniform over the grid: no grid.sync follows
+    grid.sync();
+  } else if (a.W < 0) {
+    return;
+  }
+  // 3. partition (q is complete: the speculative pass and one grid.sync, or the scan)
   const CgRead<Idx> q1{a.q + 1};
   for (int64_t w = gtid; w <= a.W; w += gstride) partition_tile(q1, a.nseg, a.nel, w, a.items, a.tile_i, a.tile_j);
 }
@@ -302,7 +347,7 @@ void validate_on_host(const char* op, detail::SegmentLayout& lay, const Segments
 // The arena bytes prepare takes for a call.
 template <class Idx>
 size_t prepare_bytes(const detail::SegmentGeometry& geo, int64_t scan_target, bool tiles) {
-  size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
+  size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<int>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
   if (tiles)
     b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(1) +
          Arena::bytes<Idx>(geo.workers / kShortFix + 1);
@@ -325,6 +370,7 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
   a.lengths = use_lengths;
   a.scan_target = scan_target;
   a.agg = c.arena->take<KV>(scan_target);
+  a.flags = c.arena->take<int>(scan_target);
   a.q = c.arena->take<Idx>(geo.segs + 1);
   a.nseg = Idx(geo.segs);
   a.nel = Idx(geo.positions);

@@ -183,9 +183,10 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
   // Fix-up of tile-crossing segments: FX lanes per tile.
   int FX = 1;
   while (FX < 32 && FX < c.inner) FX *= 2;
-  launch_coop(fixup<Fn, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup", fn, q, tile_i, tile_j, W,
-              Idx(g.items), inner, FX, static_cast<const A*>(carry), static_cast<const A*>(head),
-              static_cast<Idx*>(c.long_list), c.long_count);
+  // fixup_tree writes the long segments' chunk partials over their carries.
+  launch_coop(fixup_tree<Fn, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup_tree", fn, q, tile_i,
+              tile_j, W, Idx(g.items), inner, FX, carry, static_cast<const A*>(head), static_cast<Idx*>(c.long_list),
+              c.long_count);
 }
 
 template <class Fn, class Idx>

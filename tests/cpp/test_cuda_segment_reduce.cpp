@@ -263,6 +263,35 @@ TEST_P(CudaSegmentReduce, HugeSegmentBesideTinyOnes) {
     check_cuda(from_lengths({L2, 4}, 0, {lens2}), GetParam(), r, random_data(rng, L2 * 4, r, GetParam()), rng);
 }
 
+// Several long segments (each > 32 tiles, so fixup_tree's chunk partials and tree
+// run, v5), back to back and beside short and empty ones, so that a 32-tile chunk
+// holds the end of one long segment and the start of the next, and a long
+// segment starts mid-chunk: flat (fp32 512-item and 16-bit 1024-item tiles) and
+// features (inner 3: one lane per row, inner 64: vector loads), every reduce that
+// has a fix-up (forward and the max/min statistics pass, every tie rule).
+TEST_P(CudaSegmentReduce, LongSegmentsChunkedFixup) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const std::vector<int64_t> lens = {40000, 0, 50000, 1, 1, 70000, 5, 36000, 36000, 3};
+  int64_t L = 0;
+  for (auto v : lens) L += v;
+  for (const char* r : {"sum", "max", "min", "mean"})
+    check_cuda(from_lengths({L}, 0, {lens}), GetParam(), r, random_data(rng, L, r, GetParam()), rng);
+  const std::vector<int64_t> rows = {3000, 0, 2500, 1, 4000, 1100, 7};
+  int64_t R = 0;
+  for (auto v : rows) R += v;
+  for (int64_t inner : {3, 64})
+    for (const char* r : {"sum", "max"})
+      check_cuda(from_offsets({R, inner}, 0, {[&] {
+                                std::vector<int64_t> o{0};
+                                for (auto v : rows) o.push_back(o.back() + v);
+                                return o;
+                              }()}),
+                 GetParam(), r, random_data(rng, R * inner, r, GetParam()), rng);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, CudaSegmentReduce, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
@@ -393,7 +422,7 @@ TEST(CudaSegmentReduceUnsafe, BadMetadataClampedLikeTheCpu) {
 }
 
 // Metadata long enough that the device scan of prepare (src/cuda/segment_reduce.cu)
-// spans several blocks (> 4096 items each), with rows that cross block edges:
+// spans several blocks (~1024 items each since v5), with rows that cross block edges:
 // valid metadata (safe, against the reference and the CPU), then wrong metadata
 // (unsafe: negative, too large, decreasing, saturating mid-row) clamped exactly
 // like the CPU.
@@ -472,6 +501,33 @@ TEST(CudaSegmentReduceScan, MetadataAcrossScanBlocks) {
       // prod left out: its backward on long clamped segments rounds differently per backend.
       expect_unsafe_like_cpu(make_tensor(x, c.shape, DType::Float32), make_index(meta, c.meta_shape, it), c.lengths,
                              c.axis, {Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean});
+    }
+}
+
+// prepare's speculative pass for offsets (v5): valid offsets write q in one pass;
+// one drop anywhere sends the call through the full scan. 5000 offsets make 5
+// scan blocks of 1000 items (threads of 4 items): a single drop at a scan-block
+// edge (item 1000), at a thread edge (1004), inside a thread (1006), at the last
+// item, and a drop that the clamp hides (both values above L), each compared
+// with the CPU bit for bit.
+TEST(CudaSegmentReduceScan, OffsetsSpeculativeDropAnywhere) {
+  SEGRED_NEED_GPU();
+  const int64_t k = 5000, L = 3 * k;
+  std::vector<double> x(static_cast<size_t>(L));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = double(int64_t(i * 5 % 13) - 6);
+  const Tensor d = make_tensor(x, {L}, DType::Float32);
+  for (int64_t at : {int64_t(1000), int64_t(1004), int64_t(1006), k - 1, int64_t(-1), int64_t(-2)})
+    for (DType it : {DType::Int32, DType::Int64}) {
+      std::vector<int64_t> meta(static_cast<size_t>(k));
+      for (int64_t i = 0; i < k; ++i) meta[size_t(i)] = 3 * i;
+      if (at >= 0) meta[size_t(at)] = meta[size_t(at)] - 7;  // below its predecessor
+      if (at == -2) {                                        // above L and dropping: clamped, no drop
+        meta[size_t(k - 2)] = L + 50;
+        meta[size_t(k - 1)] = L + 10;
+      }
+      SCOPED_TRACE(::testing::Message() << "drop at " << at << " " << dtype_name(it));
+      expect_unsafe_like_cpu(d, make_index(meta, {k}, it), false, 0,
+                             {Reduce::Sum, Reduce::Max, Reduce::Min, Reduce::Mean});
     }
 }
 
