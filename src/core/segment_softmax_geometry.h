@@ -156,6 +156,127 @@ inline SegmentSoftmaxGeometry segment_softmax_geometry(const SegmentSoftmaxProbl
   return g;
 }
 
+// ---------------------------------------------------------------- rows path (v3)
+//
+// The default CUDA path (src/cuda/segment_softmax_rows.cuh). Segments are the merge
+// space's U = outer*(S+1) + 1 segments (ghosts included), their bounds read from
+// q, a per-row clamped scan of the metadata (two small kernels, int64 values).
+//   rows kernel: one group of P = lanes * rows lanes per merge segment; `lanes`
+//     lanes cover a row's features with V-element vectors (a slab of lanes * V
+//     features; wider rows loop over slabs), `rows` row slots walk the segment
+//     with stride `rows`. Forward: max (registers, butterfly across the slots),
+//     then sum of exp with that max (butterfly), then the rows written; up to
+//     kSrCache iterations stay in registers (read once), longer segments are
+//     re-read (L1/L2). Backward: one sum, then the rows. A segment longer than
+//     long_rows rows is appended to a list instead (one 64-bit atomic gives it an
+//     entry and a contiguous range of chunk ids).
+//   long path: chunks of chunk_rows rows; long_stats: one block per (chunk, slab)
+//     computes the chunk's statistic (block tree, fixed order) into part[chunk];
+//     long_final: per (entry, feature) the chunks' partials combined in chunk
+//     order (strided per thread, then a fixed tree) into fin[entry] (logsumexp:
+//     the output); long_write: one block per (chunk, slab) rewrites the rows.
+//     The kernels are launched on persistent grids and read the counts from the
+//     device (nothing when no segment is long).
+// Deterministic: every sum has a fixed order given the shape (list order only
+// decides where a segment's chunks are stored, not how they combine).
+constexpr int kSrBlock = 256;
+constexpr int kSrCache = 4;            // iterations a group keeps in registers
+constexpr int kSrMaxIter = 64;         // long_rows <= rows * kSrMaxIter
+constexpr int64_t kSrGroupBytes = 16384;  // and long_rows * slab bytes <= this (both at least rows * kSrCache)
+constexpr int kSrChunkIter = 8;        // long path: chunk_rows = (kSrBlock / lanes) * kSrChunkIter
+constexpr int kSrMetaIpt = 8;          // q scan: metadata items per thread
+constexpr int64_t kSrMetaTile = int64_t(kSrBlock) * kSrMetaIpt;
+constexpr int64_t kSrGridMargin = int64_t(1) << 20;  // grid-stride overshoot of the persistent grids
+
+// Test hook: plan the merge-path tiles (v2) instead of the rows path, so the CUDA
+// tests keep reaching the tiles kernels.
+inline std::atomic<bool>& segment_softmax_force_tiles() {
+  static std::atomic<bool> force{false};
+  return force;
+}
+
+struct SegmentSoftmaxRowsGeometry {
+  SsKind kind = SsKind::SoftmaxFwd;
+  int vec = 1;            // V: elements per lane per row (16-byte vectors when inner allows)
+  int lanes = 1;          // lanes per row (power of two <= 32)
+  int rows = 1;           // row slots per group (power of two, lanes * rows <= 32)
+  int group = 1;          // P = lanes * rows
+  int64_t width = 1;      // features per slab = lanes * vec
+  int64_t slabs = 1;
+  int64_t long_rows = 0;  // segments longer than this take the long path
+  int64_t chunk_rows = 0; // rows per long-path chunk
+  int block = kSrBlock;
+  int64_t segs = 0, positions = 0, meta_items = 0, meta_blocks = 0;
+  int64_t grid = 0;        // rows kernel blocks
+  int64_t max_entries = 0, max_chunks = 0;
+  int index_bits = 64;
+};
+
+// `mean_rows`: positions per real segment, the only hint of the length
+// distribution a pure plan has (GAT: ~9-10 -> 4 row slots).
+inline SegmentSoftmaxRowsGeometry segment_softmax_rows_geometry(const SegmentSoftmaxProblem& p, bool aligned = true,
+                                                                int block = kSrBlock, bool lengths = false) {
+  SegmentSoftmaxRowsGeometry g;
+  g.kind = ss_kind(p.op, p.direction);
+  const int es = std::max(1, dtype_size(p.dtype));
+  const int64_t outer = std::max<int64_t>(p.outer, 0), L = std::max<int64_t>(p.axis_len, 0);
+  const int64_t F = std::max<int64_t>(p.inner, 1), S = std::max<int64_t>(p.num_segments, 0);
+  const int c16 = 16 / es;
+  g.vec = aligned && F % c16 == 0 ? c16 : 1;
+  const int64_t need = (F + g.vec - 1) / g.vec;
+  int G = 1;
+  while (G < 32 && G < need) G *= 2;
+  g.lanes = G;
+  g.width = int64_t(G) * g.vec;
+  g.slabs = (F + g.width - 1) / g.width;
+  const int64_t mean = S > 0 ? L / S : L;
+  int R = 1;
+  while (R < 4 && int64_t(R) * 4 <= mean && G * R * 2 <= 32) R *= 2;
+  g.rows = R;
+  g.group = G * R;
+  g.block = block;
+  // long_rows and chunk_rows from the aligned layout whatever the pointers: the
+  // index width (and the plan) must not depend on the alignment the launch finds.
+  const int va = F % c16 == 0 ? c16 : 1;
+  int Ga = 1;
+  while (Ga < 32 && Ga < (F + va - 1) / va) Ga *= 2;
+  int Ra = 1;
+  while (Ra < 4 && int64_t(Ra) * 4 <= mean && Ga * Ra * 2 <= 32) Ra *= 2;
+  const int64_t slab_bytes = std::min<int64_t>(int64_t(Ga) * va, F) * es;
+  g.long_rows = std::max<int64_t>(int64_t(Ra) * kSrCache,
+                                  std::min<int64_t>(int64_t(Ra) * kSrMaxIter, kSrGroupBytes / std::max<int64_t>(slab_bytes, 1)));
+  g.chunk_rows = int64_t(kSrBlock / Ga) * kSrChunkIter;
+  g.segs = outer * (S + 1) + 1;
+  g.positions = outer * L;
+  g.meta_items = outer * (lengths ? S : S + 1);
+  g.meta_blocks = (g.meta_items + kSrMetaTile - 1) / kSrMetaTile;
+  const int64_t per_block = block / g.group;
+  g.grid = (g.segs + per_block - 1) / per_block;
+  g.max_entries = std::min(g.segs, g.positions / (g.long_rows + 1)) + 1;
+  g.max_chunks = g.positions / g.chunk_rows + g.max_entries + 1;
+  int64_t m = outer * L * F + 16;
+  m = std::max(m, outer * S * F + 1);
+  m = std::max(m, g.segs + 2);
+  m = std::max(m, g.positions + g.long_rows + g.chunk_rows + 1);
+  m = std::max(m, (g.max_chunks + 1) * F + kSrGridMargin);  // chunk statistics; (chunk, slab) items + persistent grids
+  m = std::max(m, (g.max_entries + 1) * F + kSrGridMargin);
+  m = std::max(m, g.segs + kSrBlock + 1);  // group index (the rows kernel forms no global thread index)
+  g.index_bits = (m < kSsIndex32Limit && !segment_softmax_force_index64()) ? 32 : 64;
+  return g;
+}
+
+inline std::string_view segment_softmax_cuda_rows_path(SegmentSoftmaxOp op, Direction d, int index_bits) {
+  static constexpr std::string_view names[3][2][2] = {
+      {{"segment_softmax.fwd.cuda.rows.i32", "segment_softmax.fwd.cuda.rows.i64"},
+       {"segment_softmax.bwd.cuda.rows.i32", "segment_softmax.bwd.cuda.rows.i64"}},
+      {{"segment_log_softmax.fwd.cuda.rows.i32", "segment_log_softmax.fwd.cuda.rows.i64"},
+       {"segment_log_softmax.bwd.cuda.rows.i32", "segment_log_softmax.bwd.cuda.rows.i64"}},
+      {{"segment_logsumexp.fwd.cuda.rows.i32", "segment_logsumexp.fwd.cuda.rows.i64"},
+       {"segment_logsumexp.bwd.cuda.rows.i32", "segment_logsumexp.bwd.cuda.rows.i64"}},
+  };
+  return names[int(op)][d == Direction::Bwd ? 1 : 0][index_bits == 64 ? 1 : 0];
+}
+
 // The registered path a call runs (src/core/registry.cpp).
 inline std::string_view segment_softmax_cuda_path(SegmentSoftmaxOp op, Direction d, int index_bits) {
   static constexpr std::string_view names[3][2][2] = {

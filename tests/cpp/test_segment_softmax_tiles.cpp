@@ -14,6 +14,8 @@
 #include <memory>
 #include <new>
 
+#include "src/core/segments.h"
+#include "src/ops/segment_softmax_rows.h"
 #include "src/ops/segment_softmax_tiles.h"
 #include "tests/cpp/segment_softmax_test_util.h"
 
@@ -282,6 +284,164 @@ TYPED_TEST(SegmentSoftmaxTiles, DegenerateLayouts) {
       SCOPED_TRACE(c.name);
       check_all_kinds<TypeParam>(c, rng, cfg, false, cfg.block == 32);
     }
+}
+
+
+// ---- the rows path's index logic (src/ops/segment_softmax_rows.h) -------------
+//
+// q: the qscan kernels' blocked scan (tile aggregates folded in order, then each
+// tile's inclusive scan) emulated with small tiles, so block edges fall inside
+// rows, on random valid and invalid (unsafe) metadata, lengths and offsets,
+// batched rows: the merge segments' bounds must be the CPU's clamped offsets
+// (src/core/segments.cpp), contiguous from 0 to outer * L, ghosts included.
+
+std::vector<int64_t> qscan_emulated(const std::vector<int64_t>& meta, int64_t k, int64_t L, bool lengths, int64_t tile) {
+  const int64_t n = int64_t(meta.size());
+  const ops::sr::QOp op{L, lengths};
+  auto item = [&](int64_t i) { return ops::sr::KV{i / k, ops::sr::clamp_meta(meta[size_t(i)], L)}; };
+  std::vector<ops::sr::KV> agg;
+  for (int64_t b = 0; b * tile < n; ++b) {  // qscan_agg
+    ops::sr::KV a{-1, 0};
+    for (int64_t i = b * tile; i < std::min(n, (b + 1) * tile); ++i) a = op(a, item(i));
+    agg.push_back(a);
+  }
+  std::vector<int64_t> qv(static_cast<size_t>(n));
+  for (int64_t b = 0; b * tile < n; ++b) {  // qscan_write
+    ops::sr::KV pre{-1, 0};
+    for (int64_t j = 0; j < b; ++j) pre = op(pre, agg[size_t(j)]);
+    ops::sr::KV run{-1, 0};
+    for (int64_t i = b * tile; i < std::min(n, (b + 1) * tile); ++i) {
+      run = op(run, item(i));
+      qv[size_t(i)] = op(pre, run).v;
+    }
+  }
+  return qv;
+}
+
+template <class Idx>
+void check_rows_bounds(std::mt19937_64& rng, int64_t outer, int64_t S, int64_t L, bool lengths, bool valid) {
+  SCOPED_TRACE(::testing::Message() << "outer " << outer << " S " << S << " L " << L
+                                    << (lengths ? " lengths" : " offsets") << (valid ? " valid" : " unsafe")
+                                    << " idx" << sizeof(Idx) * 8);
+  const int64_t k = lengths ? S : S + 1;
+  std::vector<int64_t> meta(size_t(outer * k));
+  std::uniform_int_distribution<int64_t> any(-5, L + 5), in(0, L);
+  for (int64_t r = 0; r < outer; ++r) {
+    if (valid) {
+      std::vector<int64_t> cut(size_t(S + 1));
+      for (auto& c : cut) c = in(rng);
+      std::sort(cut.begin(), cut.end());
+      if (lengths) {
+        cut.front() = 0;
+        cut.back() = L;
+        for (int64_t s = 0; s < S; ++s) meta[size_t(r * k + s)] = cut[size_t(s + 1)] - cut[size_t(s)];
+      } else {
+        for (int64_t c = 0; c <= S; ++c) meta[size_t(r * k + c)] = cut[size_t(c)];
+      }
+    } else {
+      for (int64_t c = 0; c < k; ++c) meta[size_t(r * k + c)] = any(rng);
+    }
+  }
+  if (lengths && valid && S == 0 && L != 0) return;  // no valid lengths
+  // The CPU's clamped offsets.
+  detail::SegmentLayout lay;
+  lay.outer = outer;
+  lay.L = L;
+  lay.S = S;
+  Tensor m = Tensor::empty({outer, k}, DType::Int64);
+  std::copy(meta.begin(), meta.end(), m.ptr<int64_t>());
+  detail::normalise_offsets("segment_softmax", lay, m.view(), lengths, !valid);
+  for (int64_t tile : {1, 2, 3, 7, 2048}) {
+    const std::vector<int64_t> qv = qscan_emulated(meta, std::max<int64_t>(k, 1), L, lengths, tile);
+    ops::sr::QView<Idx> q;
+    q.qv = qv.data();
+    q.S = Idx(S);
+    q.L = Idx(L);
+    q.outer = Idx(outer);
+    q.U = Idx(outer * (S + 1) + 1);
+    q.lengths = lengths;
+    Idx prev = 0;
+    for (Idx v = 0; v < q.U; ++v) {
+      Idx a, b;
+      q.bounds(v, a, b);
+      ASSERT_EQ(a, prev) << "merge segment " << v << " (tile " << tile << ")";
+      ASSERT_LE(a, b) << "merge segment " << v;
+      prev = b;
+      Idx o;
+      if (tiles::real_segment(v, Idx(S), q.U, o)) {
+        const int64_t r = int64_t(o) / S, s = int64_t(o) % S;
+        EXPECT_EQ(int64_t(a), r * L + lay.row(r)[s]) << "segment " << s << " of row " << r;
+        EXPECT_EQ(int64_t(b), r * L + lay.row(r)[s + 1]) << "segment " << s << " of row " << r;
+      }
+    }
+    EXPECT_EQ(int64_t(prev), outer * L);
+  }
+}
+
+TEST(SegmentSoftmaxRows, QScanAndBoundsAreTheCpuClamping) {
+  std::mt19937_64 rng(31);
+  for (int rep = 0; rep < 6; ++rep)
+    for (int64_t outer : {1, 2, 5})
+      for (int64_t S : {0, 1, 3, 17})
+        for (int64_t L : {0, 1, 9, 60})
+          for (bool lengths : {false, true})
+            for (bool valid : {true, false}) {
+              check_rows_bounds<int32_t>(rng, outer, S, L, lengths, valid);
+              check_rows_bounds<int64_t>(rng, outer, S, L, lengths, valid);
+            }
+}
+
+// The long list: entries appended in any order (one atomic: entry number and
+// chunk base together), chunks mapped back by entry_of: every row of every long
+// segment in exactly one chunk, chunk j of an entry at rows [a + j C, ...).
+TEST(SegmentSoftmaxRows, LongListChunksCoverEveryRowOnce) {
+  std::mt19937_64 rng(41);
+  for (int rep = 0; rep < 50; ++rep) {
+    const int64_t C = std::uniform_int_distribution<int64_t>(1, 9)(rng);
+    const int64_t nseg = std::uniform_int_distribution<int64_t>(0, 12)(rng);
+    std::vector<int64_t> start(static_cast<size_t>(nseg)), len(static_cast<size_t>(nseg));
+    int64_t at = 0;
+    for (int64_t i = 0; i < nseg; ++i) {
+      start[size_t(i)] = at += std::uniform_int_distribution<int64_t>(0, 5)(rng);
+      at += len[size_t(i)] = std::uniform_int_distribution<int64_t>(1, 40)(rng);
+    }
+    std::vector<int64_t> order(static_cast<size_t>(nseg));
+    for (int64_t i = 0; i < nseg; ++i) order[size_t(i)] = i;
+    std::shuffle(order.begin(), order.end(), rng);  // the atomics' order
+    uint64_t counter = 0;
+    const size_t ns = static_cast<size_t>(nseg);
+    std::vector<int64_t> ea(ns), en(ns), eb(ns), ev(ns);
+    for (int64_t i : order) {
+      const uint64_t old = counter;
+      counter += (uint64_t(1) << 32) + uint64_t(ops::sr::chunks_of(len[size_t(i)], C));
+      const int64_t e = int64_t(old >> 32);
+      ev[size_t(e)] = i;
+      ea[size_t(e)] = start[size_t(i)];
+      en[size_t(e)] = len[size_t(i)];
+      eb[size_t(e)] = int64_t(old & 0xffffffffu);
+    }
+    const int64_t entries = int64_t(counter >> 32), chunks = int64_t(counter & 0xffffffffu);
+    ASSERT_EQ(entries, nseg);
+    std::vector<int> hits(static_cast<size_t>(at), 0);
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const auto k = ops::sr::chunk_of(eb.data(), ea.data(), en.data(), entries, ch, C);
+      ASSERT_GE(k.cn, 1);
+      ASSERT_LE(k.cn, C);
+      EXPECT_EQ(k.r0, ea[size_t(k.e)] + (ch - eb[size_t(k.e)]) * C);
+      for (int64_t r = k.r0; r < k.r0 + k.cn; ++r) {
+        ASSERT_GE(r, ea[size_t(k.e)]);
+        ASSERT_LT(r, ea[size_t(k.e)] + en[size_t(k.e)]);
+        ++hits[size_t(r)];
+      }
+    }
+    for (int64_t i = 0; i < nseg; ++i)
+      for (int64_t r = start[size_t(i)]; r < start[size_t(i)] + len[size_t(i)]; ++r) EXPECT_EQ(hits[size_t(r)], 1);
+    int64_t covered = 0;
+    for (int h : hits) covered += h;
+    int64_t total = 0;
+    for (int64_t l : len) total += l;
+    EXPECT_EQ(covered, total);
+  }
 }
 
 }  // namespace
