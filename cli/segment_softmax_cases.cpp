@@ -229,7 +229,7 @@ Row run_large(SegmentSoftmaxOp op, DeviceRef dev) {
     row.detail = std::string("threw: ") + e.what();
   }
   for (const auto& p : ps) row.paths += (row.paths.empty() ? "" : ",") + p;
-  const std::string want = kind + ".bwd.cuda.rows.i64," + kind + ".fwd.cuda.rows.i64";  // sorted
+  const std::string want = kind + ".bwd.cuda.tiles.i64," + kind + ".fwd.cuda.tiles.i64";  // sorted
   if (row.verdict == "ok" && row.paths != want) {
     row.verdict = "WRONG";
     row.detail = "reached '" + row.paths + "', built to reach " + want;

@@ -100,21 +100,6 @@ const std::vector<PathInfo> kPaths = {
     {"segment_logsumexp.fwd.cuda.tiles.i64", "segment_logsumexp", D::Fwd, B::CUDA, 64},
     {"segment_logsumexp.bwd.cuda.tiles.i32", "segment_logsumexp", D::Bwd, B::CUDA, 32},
     {"segment_logsumexp.bwd.cuda.tiles.i64", "segment_logsumexp", D::Bwd, B::CUDA, 64},
-    // ragged softmax family, CUDA, default (v3): one lane group per segment (q from a
-    // per-row scan of the metadata), segments longer than a group takes in chunks
-    // of a block with a fixed-order merge (src/cuda/segment_softmax_rows.cuh).
-    {"segment_softmax.fwd.cuda.rows.i32", "segment_softmax", D::Fwd, B::CUDA, 32},
-    {"segment_softmax.fwd.cuda.rows.i64", "segment_softmax", D::Fwd, B::CUDA, 64},
-    {"segment_softmax.bwd.cuda.rows.i32", "segment_softmax", D::Bwd, B::CUDA, 32},
-    {"segment_softmax.bwd.cuda.rows.i64", "segment_softmax", D::Bwd, B::CUDA, 64},
-    {"segment_log_softmax.fwd.cuda.rows.i32", "segment_log_softmax", D::Fwd, B::CUDA, 32},
-    {"segment_log_softmax.fwd.cuda.rows.i64", "segment_log_softmax", D::Fwd, B::CUDA, 64},
-    {"segment_log_softmax.bwd.cuda.rows.i32", "segment_log_softmax", D::Bwd, B::CUDA, 32},
-    {"segment_log_softmax.bwd.cuda.rows.i64", "segment_log_softmax", D::Bwd, B::CUDA, 64},
-    {"segment_logsumexp.fwd.cuda.rows.i32", "segment_logsumexp", D::Fwd, B::CUDA, 32},
-    {"segment_logsumexp.fwd.cuda.rows.i64", "segment_logsumexp", D::Fwd, B::CUDA, 64},
-    {"segment_logsumexp.bwd.cuda.rows.i32", "segment_logsumexp", D::Bwd, B::CUDA, 32},
-    {"segment_logsumexp.bwd.cuda.rows.i64", "segment_logsumexp", D::Bwd, B::CUDA, 64},
 #endif
 };
 }  // namespace

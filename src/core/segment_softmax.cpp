@@ -23,22 +23,11 @@ std::string_view to_string(SegmentSoftmaxOp op) {
   return "?";
 }
 
-// CUDA: the rows path of src/core/segment_softmax_geometry.h (chunk = long_rows,
-// the longest segment a lane group takes), or, under the test hook
-// segment_softmax_force_tiles, the merge-path tiles (chunk = merge items per tile);
-// one path per op and direction, i32 when every index the kernels form stays below 2^31. (Planning needs no device: any build answers.)
+// CUDA: the merge-path tiles of src/core/segment_softmax_geometry.h, one path per
+// op and direction, i32 when every index the kernels form stays below 2^31;
+// chunk = merge items per tile. (Planning needs no device: any build answers.)
 // CPU: one path per op and direction, 64-bit.
 Plan plan_segment_softmax(const SegmentSoftmaxProblem& p) {
-  if (p.backend == Backend::CUDA && !detail::segment_softmax_force_tiles()) {
-    const detail::SegmentSoftmaxRowsGeometry g = detail::segment_softmax_rows_geometry(p);
-    Plan plan;
-    plan.path = detail::segment_softmax_cuda_rows_path(p.op, p.direction, g.index_bits);
-    plan.index_bits = g.index_bits;
-    plan.grid = {g.grid, 1, 1};
-    plan.block = {g.block, 1, 1};
-    plan.chunk = g.long_rows;
-    return plan;
-  }
   if (p.backend == Backend::CUDA) {
     const detail::SegmentSoftmaxGeometry g = detail::segment_softmax_geometry(p);
     Plan plan;

@@ -6,7 +6,6 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "src/cuda/segment_softmax_impl.cuh"
 
@@ -97,7 +96,6 @@ void segment_softmax_fwd(const Plan& plan, SegmentSoftmaxOp op, const detail::Se
   if (out.numel() == 0) return;
   c.a.in0 = c.input("data", data);
   c.a.aligned = is_aligned16(c.a.in0) && is_aligned16(c.a.out);
-  c.a.rows = std::string_view(plan.path).find(".rows.") != std::string_view::npos;
   run(c.a, data.dtype, plan.index_bits);
 }
 
@@ -115,7 +113,6 @@ void segment_softmax_bwd(const Plan& plan, SegmentSoftmaxOp op, const detail::Se
     c.a.in1 = c.input("output", output);
   }
   c.a.aligned = is_aligned16(c.a.in0) && is_aligned16(c.a.out) && (!c.a.in1 || is_aligned16(c.a.in1));
-  c.a.rows = std::string_view(plan.path).find(".rows.") != std::string_view::npos;
   run(c.a, grad_input.dtype, plan.index_bits);
 }
 

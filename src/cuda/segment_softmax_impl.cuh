@@ -14,9 +14,6 @@
 //   crossing   softmax / log_softmax, both directions: the rows of crossing
 //              segments from fin (re-read from global memory).
 // logsumexp backward has no statistic: prepare and tile only.
-// That is the tiles path (v2), planned only under the test hook
-// segment_softmax_force_tiles; the default is the rows path (v3,
-// src/cuda/segment_softmax_rows.cuh), which run_kind hands the call to.
 //
 // Instantiated per (direction, dtype) in segment_softmax_{fwd,bwd}_<dtype>.cu.
 #pragma once
@@ -47,7 +44,6 @@ struct SsArgs {
   const void* seg0 = nullptr;  // logsumexp backward: g, y (per segment)
   const void* seg1 = nullptr;
   void* out = nullptr;
-  bool rows = false;  // the plan chose the rows path (segment_softmax_rows.cuh), else the tiles
 };
 
 template <class T, class Idx> void run_segment_softmax_fwd(const SsArgs& a);  // T: host storage type
@@ -193,20 +189,8 @@ bool block_viable(Kernel k, int block, int64_t smem) {
   return ok;
 }
 
-}  // namespace ssk
-}  // namespace segred::cuda
-
-#include "src/cuda/segment_softmax_rows.cuh"
-
-namespace segred::cuda {
-namespace ssk {
-
 template <SsKind K, class T, class Idx>
 void run_kind(const SsArgs& a) {
-  if (a.rows) {
-    ssr::run_rows<K, T, Idx>(a);
-    return;
-  }
   using D = typename Dev<T>::type;
   using A = dacc_t<D>;
   using P = tiles::Pol<K, A>;

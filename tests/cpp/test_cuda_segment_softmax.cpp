@@ -6,8 +6,7 @@
 // (softmax 1, log_softmax 0, gradient 0), special values per segment, gradients
 // of every sign, one segment of 2^26 beside many of one, unsafe metadata clamped
 // like the CPU, device-metadata validation with the CPU's messages, strided
-// inputs, bitwise reproducibility; the rows path (default) and the tiles path (test
-// hook, float32/bfloat16), the rows path's long list with long ghosts; every CUDA path proven through the trace at 32
+// inputs, bitwise reproducibility; every CUDA path proven through the trace at 32
 // bits and (test hook) 64 bits; and boundary execution past UINT32_MAX elements
 // (CudaSegmentSoftmaxHuge.*: each states its memory need and skips when the GPU
 // lacks it). Everything skips when no GPU is present.
@@ -150,16 +149,9 @@ Tensor run_api(SsKind k, const Shapes& sh, const Segments& seg, const Inputs& in
   return out;
 }
 
-// The path a call takes: rows (the default) or, under the test hook, tiles.
 std::string path_name(SsKind k, int bits) {
-  return std::string(to_string(op_of(k))) + (is_bwd(k) ? ".bwd" : ".fwd") +
-         (detail::segment_softmax_force_tiles() ? ".cuda.tiles.i" : ".cuda.rows.i") + std::to_string(bits);
+  return std::string(to_string(op_of(k))) + (is_bwd(k) ? ".bwd" : ".fwd") + ".cuda.tiles.i" + std::to_string(bits);
 }
-
-struct ForceTiles {  // the tiles path (v2); resets even when an assertion returns early
-  explicit ForceTiles(bool f) { detail::segment_softmax_force_tiles() = f; }
-  ~ForceTiles() { detail::segment_softmax_force_tiles() = false; }
-};
 
 struct Force64 {  // resets even when an assertion returns early
   explicit Force64(bool f) { detail::segment_softmax_force_index64() = f; }
@@ -213,10 +205,10 @@ TYPED_TEST_SUITE(CudaSegmentSoftmax, FloatTypes, DtypeName);
 
 // Heads 1 (one lane per row), 3 and 33 (scalar lanes, slabs), 8, 64, 200 (slabs
 // of 16 features): every kind, lengths and offsets with ghosts, batched rows, specials.
-// Both paths: rows (default) and tiles (test hook).
-void every_kind_heads_and_layouts_i32(DType t, bool tiles) {
-  const ForceTiles force(tiles);
+TYPED_TEST(CudaSegmentSoftmax, EveryKindHeadsAndLayoutsI32) {
+  SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(101);
+  const DType t = dtype_of<TypeParam>();
   int n = 0;
   for (int64_t F : {1, 3, 8, 33, 64, 200})
     for (const char* style : {"mixed", "ones", "long"}) {
@@ -228,9 +220,10 @@ void every_kind_heads_and_layouts_i32(DType t, bool tiles) {
 }
 
 // The 64-bit kernels on small inputs (the plan's test hook), same checks.
-void every_kind_heads_and_layouts_forced_i64(DType t, bool tiles) {
-  const ForceTiles force(tiles);
+TYPED_TEST(CudaSegmentSoftmax, EveryKindHeadsAndLayoutsForcedI64) {
+  SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(202);
+  const DType t = dtype_of<TypeParam>();
   int n = 0;
   for (int64_t F : {1, 8, 64})
     for (const char* style : {"mixed", "long"}) {
@@ -239,62 +232,6 @@ void every_kind_heads_and_layouts_forced_i64(DType t, bool tiles) {
       check_kinds(c, t, offsets, true, rng, true);
       ++n;
     }
-}
-
-TYPED_TEST(CudaSegmentSoftmax, EveryKindHeadsAndLayoutsI32) {
-  SKIP_WITHOUT_GPU();
-  every_kind_heads_and_layouts_i32(dtype_of<TypeParam>(), false);
-}
-TYPED_TEST(CudaSegmentSoftmax, EveryKindHeadsAndLayoutsForcedI64) {
-  SKIP_WITHOUT_GPU();
-  every_kind_heads_and_layouts_forced_i64(dtype_of<TypeParam>(), false);
-}
-// The tiles path (v2, test hook only): float32 and bfloat16 (every path of it).
-TYPED_TEST(CudaSegmentSoftmax, TilesEveryKindHeadsAndLayoutsI32) {
-  SKIP_WITHOUT_GPU();
-  const DType t = dtype_of<TypeParam>();
-  if (t != DType::Float32 && t != DType::BFloat16) GTEST_SKIP() << "tiles path: float32 and bfloat16 only";
-  every_kind_heads_and_layouts_i32(t, true);
-}
-TYPED_TEST(CudaSegmentSoftmax, TilesEveryKindHeadsAndLayoutsForcedI64) {
-  SKIP_WITHOUT_GPU();
-  const DType t = dtype_of<TypeParam>();
-  if (t != DType::Float32 && t != DType::BFloat16) GTEST_SKIP() << "tiles path: float32 and bfloat16 only";
-  every_kind_heads_and_layouts_forced_i64(t, true);
-}
-
-// The rows path's long list (segments longer than a lane group takes, in chunks of
-// a block): many long segments of several chunks beside short ones, long ghost
-// ranges before, between (batched) and after the segments, heads 1, 8 (vector
-// lanes), 3 (scalar lanes), 64 (a warp per segment), 200 (slabs); every kind and dtype.
-TEST(CudaSegmentSoftmaxLayouts, RowsLongListAndLongGhosts) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(77);
-  for (int64_t F : {1, 3, 8, 64, 200}) {
-    const int64_t unit = F >= 64 ? 40 : 300;  // a long segment: > long_rows (64 / 32 at 64 / 200 heads, else 256)
-    Case c;
-    c.name = "long list, heads " + std::to_string(F);
-    c.F = F;
-    c.outer = 2;
-    c.S = 6;
-    c.L = 20 * unit;
-    // row 0: ghost of 2 units, then 3 units, 1 row, 0 rows, 7 units + 5 rows, 2 rows, 1 unit; ghost tail.
-    // row 1: no leading ghost, one segment of most of the row, then empties; ghost tail of 3 units.
-    const int64_t o0[] = {2 * unit, 5 * unit, 5 * unit + 1, 5 * unit + 1, 12 * unit + 6, 12 * unit + 8, 13 * unit + 8};
-    const int64_t o1[] = {0, 17 * unit - 3, 17 * unit - 3, 17 * unit - 2, 17 * unit, 17 * unit, 17 * unit};
-    c.off.assign(o0, o0 + 7);
-    c.off.insert(c.off.end(), o1, o1 + 7);
-    Case nl = c;  // without ghosts (lengths can express it): rows start at 0 and end at L
-    nl.name += ", no ghosts";
-    nl.off[0] = 0;
-    nl.off[6] = c.L;
-    nl.off[13] = c.L;
-    for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
-      check_kinds(c, t, true, false, rng, F == 8);
-      check_kinds(nl, t, false, false, rng, F == 8);
-    }
-    check_kinds(c, DType::Float32, true, true, rng, true);  // i64
-  }
 }
 
 
@@ -551,10 +488,10 @@ void huge_forward_and_backward(int64_t F) {
               cli::gib(n * 2).c_str());
   const double ln2 = std::log(2.0);
   auto fwd = [&](SegmentSoftmaxOp op, const Tensor& x, const TensorView& out) {
-    expect_i64_path(std::string(to_string(op)) + ".fwd.cuda.rows.i64", [&] { segment_softmax_out(op, x, hl.seg, out); });
+    expect_i64_path(std::string(to_string(op)) + ".fwd.cuda.tiles.i64", [&] { segment_softmax_out(op, x, hl.seg, out); });
   };
   auto bwd = [&](SegmentSoftmaxOp op, const Tensor& g, const Tensor& y, const Tensor& x, const TensorView& gi) {
-    expect_i64_path(std::string(to_string(op)) + ".bwd.cuda.rows.i64",
+    expect_i64_path(std::string(to_string(op)) + ".bwd.cuda.tiles.i64",
                     [&] { segment_softmax_backward_out(op, g, y, x, hl.seg, gi); });
   };
   {
@@ -609,8 +546,7 @@ TEST(CudaSegmentSoftmaxTrace, ZzEveryCudaPathReached) {
   SKIP_WITHOUT_GPU();
   if (reached().empty()) GTEST_SKIP() << "the path tests did not run in this invocation";
   for (const PathInfo& info : paths())
-    if (info.backend == Backend::CUDA && (std::string(info.name).find(".cuda.tiles.") != std::string::npos ||
-                                          std::string(info.name).find(".cuda.rows.") != std::string::npos))
+    if (info.backend == Backend::CUDA && std::string(info.name).find(".cuda.tiles.") != std::string::npos)
       EXPECT_TRUE(reached().count(std::string(info.name))) << info.name << " was never reached";
 }
 

@@ -5,11 +5,8 @@
 // segments, forward and backward, every op. Runs on CI without a GPU.
 //
 // The rule under test (src/core/segment_softmax_geometry.h): 32-bit only when
-// every index a kernel forms is < 2^31. Tiles (under the test hook): outer*L*inner
-// + 16, outer*S*inner, D + 2 * 8192 (D = outer*(S+1) + 1 + outer*L merge items),
-// (tiles + 1)*inner + 256. Rows (the default): outer*L*inner + 16, outer*S*inner,
-// the merge segments U plus a block, N + long_rows + chunk_rows, the long list's
-// chunk statistics and entries times inner plus the persistent grids' overshoot.
+// every index a kernel forms is < 2^31: outer*L*inner + 16, outer*S*inner,
+// D + 2 * 8192 (D = outer*(S+1) + 1 + outer*L merge items), (tiles + 1)*inner + 256.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -29,53 +26,13 @@ SegmentSoftmaxProblem cuda_problem(SegmentSoftmaxOp op, Direction d, int64_t out
   return {Backend::CUDA, d, op, t, outer, L, inner, S};
 }
 
-std::string name(SegmentSoftmaxOp op, Direction d, int bits, bool tiles = false) {
-  return std::string(to_string(op)) + (d == Direction::Fwd ? ".fwd" : ".bwd") + (tiles ? ".cuda.tiles.i" : ".cuda.rows.i") +
-         std::to_string(bits);
-}
-
-struct ForceTiles {  // the tiles path (v2) under the test hook; resets on every exit
-  ForceTiles() { detail::segment_softmax_force_tiles() = true; }
-  ~ForceTiles() { detail::segment_softmax_force_tiles() = false; }
-};
-
-// The rows path (the default): its plan and the invariants of its geometry.
-void expect_rows_plan(const SegmentSoftmaxProblem& p, int bits) {
-  const Plan plan = plan_segment_softmax(p);
-  EXPECT_EQ(std::string(plan.path), name(p.op, p.direction, bits)) << plan;
-  EXPECT_EQ(plan.index_bits, bits) << plan;
-  EXPECT_GT(plan.grid[0], 0) << plan;
-  EXPECT_EQ(plan.block[0], 256) << plan;
-  if (built_with_cuda()) {
-    const PathInfo& info = path_info(plan.path);
-    EXPECT_EQ(info.index_bits, bits);
-    EXPECT_EQ(info.backend, Backend::CUDA);
-    EXPECT_EQ(info.direction, p.direction);
-  }
-  const auto g = detail::segment_softmax_rows_geometry(p);
-  EXPECT_EQ(plan.chunk, g.long_rows) << plan;
-  EXPECT_GE(g.long_rows, int64_t(g.rows) * detail::kSrCache) << plan;
-  EXPECT_LE(g.group, 32) << plan;
-  EXPECT_EQ(g.group, g.lanes * g.rows) << plan;
-  EXPECT_EQ(32 % g.group, 0) << plan;
-  EXPECT_GE(int64_t(g.lanes) * g.vec * g.slabs, std::max<int64_t>(p.inner, 1)) << plan;
-  EXPECT_EQ(g.width, int64_t(g.lanes) * g.vec) << plan;
-  EXPECT_GT(g.chunk_rows, 0) << plan;
-  EXPECT_GE(g.grid * (256 / g.group), g.segs) << plan;
-  EXPECT_LT(g.grid, P31);
-  // The long list's bounds: entries > long_rows rows each; chunks of chunk_rows.
-  EXPECT_GE(g.max_entries, std::min(g.segs, g.positions / (g.long_rows + 1)) + 1);
-  EXPECT_GE(g.max_chunks, g.positions / g.chunk_rows + g.max_entries);
-  // The index width does not depend on the alignment the launch finds.
-  EXPECT_EQ(detail::segment_softmax_rows_geometry(p, false).index_bits, g.index_bits);
-  EXPECT_EQ(detail::segment_softmax_rows_geometry(p, false).long_rows, g.long_rows);
+std::string name(SegmentSoftmaxOp op, Direction d, int bits) {
+  return std::string(to_string(op)) + (d == Direction::Fwd ? ".fwd" : ".bwd") + ".cuda.tiles.i" + std::to_string(bits);
 }
 
 void expect_plan(const SegmentSoftmaxProblem& p, int bits) {
-  expect_rows_plan(p, bits);
-  const ForceTiles tiles;
   const Plan plan = plan_segment_softmax(p);
-  EXPECT_EQ(std::string(plan.path), name(p.op, p.direction, bits, true)) << plan;
+  EXPECT_EQ(std::string(plan.path), name(p.op, p.direction, bits)) << plan;
   EXPECT_EQ(plan.index_bits, bits) << plan;
   EXPECT_GT(plan.grid[0], 0) << plan;
   EXPECT_EQ(plan.block[0], 256) << plan;
@@ -106,17 +63,6 @@ void expect_all(int64_t outer, int64_t L, int64_t inner, int64_t S, int bits, DT
   for (auto op : kOps)
     for (auto d : {Direction::Fwd, Direction::Bwd}) expect_plan(cuda_problem(op, d, outer, L, inner, S, t), bits);
 }
-// Where the two paths' thresholds differ: each path's own expectation.
-void expect_each(int64_t outer, int64_t L, int64_t inner, int64_t S, int rows_bits, int tiles_bits) {
-  SCOPED_TRACE(::testing::Message() << "outer " << outer << " L " << L << " inner " << inner << " S " << S);
-  for (auto op : kOps)
-    for (auto d : {Direction::Fwd, Direction::Bwd}) {
-      const auto p = cuda_problem(op, d, outer, L, inner, S);
-      expect_rows_plan(p, rows_bits);
-      const ForceTiles tiles;
-      EXPECT_EQ(std::string(plan_segment_softmax(p).path), name(op, d, tiles_bits, true));
-    }
-}
 
 TEST(PlanCudaSegmentSoftmax, EveryPathSmallIs32Bit) {
   for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
@@ -129,12 +75,8 @@ TEST(PlanCudaSegmentSoftmax, EveryPathSmallIs32Bit) {
 TEST(PlanCudaSegmentSoftmax, ElementCountsAtTheBoundaries) {
   // heads = 1: the merge diagonal (L + S + 2 + 2 * 8192) decides below 2^31.
   for (int64_t L : {P31 - 1, P31, P32 - 1, P32, P32 + 1, 3 * P32}) expect_all(1, L, 1, 1, 64);
-  // tiles: L + 3 + 16385 = 2^31 - 1 at P31 - 16389; rows: N + long_rows (256) +
-  // chunk_rows (2048) + 1 = 2^31 - 1 at P31 - 2306.
-  expect_each(1, P31 - 16389, 1, 1, 32, 32);
-  expect_each(1, P31 - 16388, 1, 1, 32, 64);
-  expect_each(1, P31 - 2306, 1, 1, 32, 64);
-  expect_each(1, P31 - 2305, 1, 1, 64, 64);
+  expect_all(1, P31 - 16389, 1, 1, 32);  // L + 3 + 16385 = 2^31 - 1
+  expect_all(1, P31 - 16388, 1, 1, 64);
   // 8 heads: the element offset N*F + 16 decides.
   expect_all(1, (P31 - 24) / 8, 8, 1000, 32);  // 2^31 - 24 elements
   expect_all(1, (P31 - 16) / 8, 8, 1000, 64);  // 2^31 - 16
@@ -161,21 +103,16 @@ TEST(PlanCudaSegmentSoftmax, ElementCountsAtTheBoundaries) {
 TEST(PlanCudaSegmentSoftmax, EveryRegisteredCudaPathIsPlanned) {
   if (!built_with_cuda()) GTEST_SKIP() << "no CUDA paths in this build";
   std::set<std::string> planned;
-  for (bool tiles : {false, true}) {
-    detail::segment_softmax_force_tiles() = tiles;
-    for (auto op : kOps)
-      for (auto d : {Direction::Fwd, Direction::Bwd})
-        for (int64_t L : {int64_t(1000), P32 + 1})
-          planned.insert(std::string(plan_segment_softmax(cuda_problem(op, d, 1, L, 1, 5)).path));
-  }
-  detail::segment_softmax_force_tiles() = false;
+  for (auto op : kOps)
+    for (auto d : {Direction::Fwd, Direction::Bwd})
+      for (int64_t L : {int64_t(1000), P32 + 1}) planned.insert(std::string(plan_segment_softmax(cuda_problem(op, d, 1, L, 1, 5)).path));
   int n = 0;
   for (const PathInfo& p : paths()) {
     if (p.backend != Backend::CUDA || std::string(p.op).rfind("segment_", 0) != 0 || p.op == "segment_reduce") continue;
     ++n;
     EXPECT_TRUE(planned.count(std::string(p.name))) << p.name << " is registered but no plan picks it";
   }
-  EXPECT_EQ(n, 24);
+  EXPECT_EQ(n, 12);
 }
 
 TEST(PlanCudaSegmentSoftmax, ForceIndex64Hook) {
@@ -185,79 +122,8 @@ TEST(PlanCudaSegmentSoftmax, ForceIndex64Hook) {
   const Plan forced = plan_segment_softmax(p);
   detail::segment_softmax_force_index64() = false;
   EXPECT_EQ(forced.index_bits, 64);
-  EXPECT_EQ(std::string(forced.path), "segment_softmax.fwd.cuda.rows.i64");
+  EXPECT_EQ(std::string(forced.path), "segment_softmax.fwd.cuda.tiles.i64");
   EXPECT_EQ(plan_segment_softmax(p).index_bits, 32);
-  {
-    const ForceTiles tiles;
-    EXPECT_EQ(std::string(plan_segment_softmax(p).path), "segment_softmax.fwd.cuda.tiles.i32");
-    detail::segment_softmax_force_index64() = true;
-    EXPECT_EQ(std::string(plan_segment_softmax(p).path), "segment_softmax.fwd.cuda.tiles.i64");
-    detail::segment_softmax_force_index64() = false;
-  }
-  EXPECT_EQ(std::string(plan_segment_softmax(p).path), "segment_softmax.fwd.cuda.rows.i32");
-}
-
-constexpr int64_t kGatEdges = 10000000, kGatNodes = 1086257;
-
-// The rows path's geometry on the benchmark's shapes (bench/NOTES.md, "CUDA ragged
-// softmax v3"): GAT 10M edges over ~1.09M nodes.
-TEST(PlanCudaSegmentSoftmax, RowsGeometryWorkedExamples) {
-  const int64_t E = kGatEdges, nodes = kGatNodes;
-  auto geo = [](int64_t F, DType t, Direction d = Direction::Fwd, int64_t S = kGatNodes, int64_t L = kGatEdges) {
-    return detail::segment_softmax_rows_geometry(cuda_problem(SegmentSoftmaxOp::Softmax, d, 1, L, F, S, t));
-  };
-  const auto g8 = geo(8, DType::Float32);  // 2 lanes x float4 per row, 4 rows: groups of 8 lanes
-  EXPECT_EQ(g8.vec, 4);
-  EXPECT_EQ(g8.lanes, 2);
-  EXPECT_EQ(g8.rows, 4);
-  EXPECT_EQ(g8.group, 8);
-  EXPECT_EQ(g8.slabs, 1);
-  EXPECT_EQ(g8.long_rows, 256);  // min(4 x 64, 16384 / 32)
-  EXPECT_EQ(g8.chunk_rows, 1024);
-  EXPECT_EQ(g8.segs, nodes + 2);
-  EXPECT_EQ(g8.grid, (nodes + 2 + 31) / 32);
-  EXPECT_EQ(g8.max_entries, E / 257 + 1);
-  EXPECT_EQ(g8.index_bits, 32);
-  const auto b8 = geo(8, DType::BFloat16);  // one lane x 8 bf16 per row
-  EXPECT_EQ(b8.vec, 8);
-  EXPECT_EQ(b8.lanes, 1);
-  EXPECT_EQ(b8.group, 4);
-  EXPECT_EQ(b8.long_rows, 256);
-  EXPECT_EQ(b8.chunk_rows, 2048);
-  const auto h1 = geo(1, DType::Float32);
-  EXPECT_EQ(h1.vec, 1);
-  EXPECT_EQ(h1.group, 4);
-  EXPECT_EQ(h1.long_rows, 256);
-  const auto h64 = geo(64, DType::Float32);  // 16 lanes x float4, 2 rows: a warp per segment
-  EXPECT_EQ(h64.lanes, 16);
-  EXPECT_EQ(h64.rows, 2);
-  EXPECT_EQ(h64.group, 32);
-  EXPECT_EQ(h64.long_rows, 64);  // 16384 / 256 bytes
-  EXPECT_EQ(h64.chunk_rows, 128);
-  const auto h200 = geo(200, DType::Float32);  // 32 lanes x float4 = 128 features, 2 slabs
-  EXPECT_EQ(h200.lanes, 32);
-  EXPECT_EQ(h200.slabs, 2);
-  EXPECT_EQ(h200.rows, 1);
-  EXPECT_EQ(h200.long_rows, 32);
-  const auto h33 = geo(33, DType::Float32);  // scalar lanes
-  EXPECT_EQ(h33.vec, 1);
-  EXPECT_EQ(h33.lanes, 32);
-  EXPECT_EQ(h33.slabs, 2);
-  // Unaligned pointers: scalar lanes, the same long_rows and chunks.
-  const auto u8 = detail::segment_softmax_rows_geometry(
-      cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, E, 8, nodes, DType::Float32), false);
-  EXPECT_EQ(u8.vec, 1);
-  EXPECT_EQ(u8.lanes, 8);
-  EXPECT_EQ(u8.long_rows, g8.long_rows);
-  EXPECT_EQ(u8.chunk_rows, g8.chunk_rows);
-  // Segments of ~1-2 rows: one row slot; 1 x 2^26 + 2^20 x 1: mean 65, 4 slots.
-  EXPECT_EQ(geo(8, DType::Float32, Direction::Fwd, E, E).rows, 1);
-  EXPECT_EQ(geo(1, DType::Float32, Direction::Bwd, (1 << 20) + 1, (1 << 26) + (1 << 20)).rows, 4);
-  // Smaller blocks (launch viability): the same group, more blocks.
-  const auto s64 = detail::segment_softmax_rows_geometry(
-      cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, E, 8, nodes, DType::Float32), true, 64);
-  EXPECT_EQ(s64.group, 8);
-  EXPECT_EQ(s64.grid, (nodes + 2 + 7) / 8);
 }
 
 // The worked example of src/core/segment_softmax_geometry.h and the shapes of

@@ -139,7 +139,7 @@ def test_torch_cuda_segment_softmax_matches_cpu_backend(kind, heads, dtype):
         y = fwd(xc, lengths=lengths.cuda())
         y.backward(g.cuda())
     paths = {r.path for r in t.records}
-    assert paths == {f"segment_{kind}.fwd.cuda.rows.i32", f"segment_{kind}.bwd.cuda.rows.i32"}, paths
+    assert paths == {f"segment_{kind}.fwd.cuda.tiles.i32", f"segment_{kind}.bwd.cuda.tiles.i32"}, paths
     assert y.device == xc.device and xc.grad.device == xc.device
     y_ref, gi_ref = _segment_softmax_cpu_ref(kind, x, g, lengths, "lengths", 0)
     # float32: both backends approximate exp (CUDA: exp2f) and sum in other orders
