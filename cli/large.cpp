@@ -91,19 +91,37 @@ int64_t read_int(const char* path) {
   std::fclose(f);
   return v;
 }
+// The value of `key` in a memory.stat file ("key value" lines), or 0.
+int64_t stat_value(const char* path, const char* key) {
+  FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  char name[128];
+  long long v = 0, found = 0;
+  while (std::fscanf(f, "%127s %lld", name, &v) == 2)
+    if (!std::strcmp(name, key)) found = v;
+  std::fclose(f);
+  return found;
+}
 }  // namespace
 
 int64_t free_bytes(DeviceRef dev) {
   if (dev.type == Device::CUDA) return detail::cuda_free_bytes(dev.index);
   int64_t free = int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
   // In a container the memory cgroup's limit, not the host's free pages, decides
-  // when the kernel kills the process: take the smaller (cgroup v2, then v1).
-  const std::pair<const char*, const char*> cg[] = {
-      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
-  for (auto [limit_path, usage_path] : cg) {
-    const int64_t limit = read_int(limit_path), usage = read_int(usage_path);
-    if (limit > 0 && usage >= 0 && limit < (int64_t(1) << 60)) free = std::min(free, limit - usage);
+  // when the kernel kills the process: take the smaller (cgroup v2, then v1). The
+  // cgroup's usage counts the page cache; its inactive part is reclaimed before a
+  // kill, so it counts as free.
+  struct Cgroup {
+    const char *limit, *usage, *stat, *inactive_key;
+  };
+  const Cgroup cg[] = {
+      {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat", "inactive_file"},
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+       "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file"}};
+  for (const Cgroup& c : cg) {
+    const int64_t limit = read_int(c.limit), usage = read_int(c.usage);
+    if (limit > 0 && usage >= 0 && limit < (int64_t(1) << 60))
+      free = std::min(free, limit - std::max<int64_t>(0, usage - stat_value(c.stat, c.inactive_key)));
   }
   return free;
 }
