@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/memcpy_baseline.h"
 #include "segred/segred.h"
 
 namespace {
@@ -36,49 +37,7 @@ int64_t log2_elems() {
   return s ? std::atoll(s) : 25;
 }
 
-// Parallel memcpy (the threads split the buffer like the kernels split work).
-void par_memcpy(char* dst, const char* src, size_t n) {
-#pragma omp parallel
-  {
-    const size_t nt = size_t(omp_get_num_threads()), t = size_t(omp_get_thread_num());
-    const size_t per = (n + nt - 1) / nt / 64 * 64 + 64;
-    const size_t b = std::min(n, t * per), e = std::min(n, b + per);
-    if (e > b) std::memcpy(dst + b, src + b, e - b);
-  }
-}
-
-struct CopyBuffers {
-  size_t cap = 0;
-  std::unique_ptr<char[]> a, b;
-  void reserve(size_t n) {
-    if (n <= cap) return;
-    a.reset(new char[n]);
-    b.reset(new char[n]);
-    cap = n;
-    std::memset(a.get(), 1, n);  // first touch, outside any timing
-    std::memset(b.get(), 2, n);
-  }
-};
-CopyBuffers& copy_buffers() {
-  static CopyBuffers c;
-  return c;
-}
-
-// Median seconds of a memcpy that moves `bytes` (bytes/2 read, bytes/2 written).
-double memcpy_seconds(size_t bytes) {
-  const size_t half = bytes / 2;
-  auto& cb = copy_buffers();
-  cb.reserve(half);
-  std::vector<double> t;
-  par_memcpy(cb.b.get(), cb.a.get(), half);  // warm-up
-  for (int i = 0; i < 7; ++i) {
-    const auto t0 = Clock::now();
-    par_memcpy(cb.b.get(), cb.a.get(), half);
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::memcpy_seconds;  // bench/memcpy_baseline.h
 
 enum class Dist { Fixed, Exponential, OneHuge };
 
@@ -199,10 +158,9 @@ void run_case(benchmark::State& state, const Case& c) {
 
 void run_memcpy(benchmark::State& state) {
   const size_t half = size_t(state.range(0));
-  auto& cb = copy_buffers();
-  cb.reserve(half);
+  const bench::CopyBuffers cb = bench::copy_buffers(half);
   for (auto _ : state) {
-    par_memcpy(cb.b.get(), cb.a.get(), half);
+    bench::par_memcpy(cb.dst, cb.src, half);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(2 * half));

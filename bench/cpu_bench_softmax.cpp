@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/memcpy_baseline.h"
 #include "segred/segred.h"
 
 namespace {
@@ -34,32 +35,7 @@ namespace {
 using namespace segred;
 using Clock = std::chrono::steady_clock;
 
-void par_memcpy(char* dst, const char* src, size_t n) {
-#pragma omp parallel
-  {
-    const size_t nt = size_t(omp_get_num_threads()), t = size_t(omp_get_thread_num());
-    const size_t per = (n + nt - 1) / nt / 64 * 64 + 64;
-    const size_t b = std::min(n, t * per), e = std::min(n, b + per);
-    if (e > b) std::memcpy(dst + b, src + b, e - b);
-  }
-}
-
-// Median seconds of a memcpy that moves `bytes` (bytes/2 read, bytes/2 written).
-double memcpy_seconds(size_t bytes) {
-  const size_t half = bytes / 2;
-  std::unique_ptr<char[]> a(new char[half]), b(new char[half]);
-  std::memset(a.get(), 1, half);
-  std::memset(b.get(), 2, half);
-  std::vector<double> t;
-  par_memcpy(b.get(), a.get(), half);
-  for (int i = 0; i < 9; ++i) {
-    const auto t0 = Clock::now();
-    par_memcpy(b.get(), a.get(), half);
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::memcpy_seconds;  // bench/memcpy_baseline.h
 
 // Rate (bytes read + written per second) of the best memcpy: 1 GiB copied.
 double peak_copy_GBps() {

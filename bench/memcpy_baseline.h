@@ -1,0 +1,59 @@
+// The CPU benchmarks' bandwidth baseline: a parallel memcpy split across the
+// OpenMP threads the way the kernels split their work, timed on buffers that are
+// allocated and first-touched once, outside any timing.
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace segred::bench {
+
+inline void par_memcpy(char* dst, const char* src, size_t n) {
+#pragma omp parallel
+  {
+    const size_t nt = size_t(omp_get_num_threads()), t = size_t(omp_get_thread_num());
+    const size_t per = (n + nt - 1) / nt / 64 * 64 + 64;
+    const size_t b = std::min(n, t * per), e = std::min(n, b + per);
+    if (e > b) std::memcpy(dst + b, src + b, e - b);
+  }
+}
+
+// Two buffers of at least `half` bytes each (source, destination), allocated and
+// first-touched once per size increase, outside any timing.
+struct CopyBuffers {
+  char* src;
+  char* dst;
+};
+inline CopyBuffers copy_buffers(size_t half) {
+  static size_t cap = 0;
+  static std::unique_ptr<char[]> a, b;
+  if (half > cap) {
+    a.reset(new char[half]);
+    b.reset(new char[half]);
+    cap = half;
+    std::memset(a.get(), 1, half);
+    std::memset(b.get(), 2, half);
+  }
+  return {a.get(), b.get()};
+}
+
+// Median seconds of 9 memcpys that each move `bytes` (bytes/2 read, bytes/2 written).
+inline double memcpy_seconds(size_t bytes) {
+  const size_t half = bytes / 2;
+  const CopyBuffers buf = copy_buffers(half);
+  std::vector<double> t;
+  par_memcpy(buf.dst, buf.src, half);  // warm-up
+  for (int i = 0; i < 9; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    par_memcpy(buf.dst, buf.src, half);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace segred::bench
