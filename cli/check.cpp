@@ -24,7 +24,6 @@ namespace {
 
 using Reached = std::map<std::string, std::vector<std::string>>;  // path -> cases
 
-std::string device_name(DeviceRef d) { return d.type == Device::CPU ? "cpu" : "cuda"; }
 
 
 // Host array of T from doubles, moved to `dev`.
@@ -116,9 +115,7 @@ int run_check(const CheckOptions& opt) {
       std::printf("cuda: %s; no CUDA case ran\n", built_with_cuda() ? "no GPU present" : "this build has no CUDA backend");
       if (!want_cpu) return 2;
     } else {
-      bool has_cuda_paths = false;
-      for (const auto& p : paths()) has_cuda_paths |= p.backend == Backend::CUDA && p.op == "segment_reduce";
-      if (has_cuda_paths) {
+      if (has_paths_for({Device::CUDA, 0}, {"segment_reduce"})) {
         devices.push_back({Device::CUDA, 0});
         cuda_ran = true;
       } else {

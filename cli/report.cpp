@@ -1,5 +1,7 @@
 #include "cli/report.h"
 
+#include "segred/trace.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +9,17 @@
 #include <fstream>
 
 namespace segred::cli {
+
+std::string device_name(DeviceRef d) { return d.type == Device::CPU ? "cpu" : "cuda"; }
+
+bool has_paths_for(DeviceRef dev, std::initializer_list<std::string_view> ops) {
+  const Backend b = dev.type == Device::CPU ? Backend::CPU : Backend::CUDA;
+  for (const auto& p : paths())
+    if (p.backend == b)
+      for (std::string_view op : ops)
+        if (p.op == op) return true;
+  return false;
+}
 
 bool close_enough(double got, double want, double tol, double& err) {
   if (std::isnan(want) || std::isnan(got)) return std::isnan(want) && std::isnan(got);

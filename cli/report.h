@@ -2,11 +2,20 @@
 // terminal table, Markdown or JSON; a progress bar for long runs.
 #pragma once
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "segred/tensor.h"
+
 namespace segred::cli {
+
+std::string device_name(DeviceRef d);  // "cpu" / "cuda"
+// Whether this build registers a path of one of `ops` on `dev`'s backend (a case
+// family runs on a device only then).
+bool has_paths_for(DeviceRef dev, std::initializer_list<std::string_view> ops);
 
 struct Row {
   std::string name;    // case name

@@ -93,7 +93,7 @@ std::vector<LargeSegmentCase> segment_reduce_large_cases(bool small) {
 }
 
 Row run_segment_reduce_large_case(const LargeSegmentCase& c, DeviceRef dev) {
-  Row row{c.name, "segment_reduce", dev.type == Device::CPU ? "cpu" : "cuda", "", 0, "ok", ""};
+  Row row{c.name, "segment_reduce", device_name(dev), "", 0, "ok", ""};
   const std::string short_of = memory_shortfall(dev, c.bytes_needed());
   if (!short_of.empty()) {
     row.verdict = "skipped";
@@ -172,21 +172,13 @@ Row run_segment_reduce_large_case(const LargeSegmentCase& c, DeviceRef dev) {
   return row;
 }
 
-namespace {
-bool has_segment_reduce_paths(DeviceRef dev) {
-  const Backend b = dev.type == Device::CPU ? Backend::CPU : Backend::CUDA;
-  for (const auto& p : paths())
-    if (p.backend == b && std::string(p.op) == "segment_reduce") return true;
-  return false;
-}
-}  // namespace
 
 size_t segment_reduce_large_case_count(DeviceRef dev) {
-  return has_segment_reduce_paths(dev) ? segment_reduce_large_cases().size() : 0;
+  return has_paths_for(dev, {"segment_reduce"}) ? segment_reduce_large_cases().size() : 0;
 }
 
 void run_segment_reduce_large_cases(DeviceRef dev, const std::function<void(Row)>& record) {
-  if (!has_segment_reduce_paths(dev)) return;
+  if (!has_paths_for(dev, {"segment_reduce"})) return;
   for (const LargeSegmentCase& c : segment_reduce_large_cases()) record(run_segment_reduce_large_case(c, dev));
 }
 

@@ -17,7 +17,6 @@ const char* kKinds[] = {"softmax", "log_softmax", "logsumexp"};
 const double kGrads[] = {-2.5, 1.0};
 
 
-std::string device_name(DeviceRef d) { return d.type == Device::CPU ? "cpu" : "cuda"; }
 
 // On the CPU the host arrays themselves; on CUDA copies (and the results copied back).
 TensorView on(DeviceRef dev, const TensorView& host, Tensor& keep) {
@@ -28,10 +27,7 @@ TensorView on(DeviceRef dev, const TensorView& host, Tensor& keep) {
 Tensor to_host(DeviceRef dev, const Tensor& t) { return dev.type == Device::CPU ? t : Tensor::copy_to(t, DeviceRef{}); }
 
 bool has_paths(DeviceRef dev) {
-  const Backend b = dev.type == Device::CPU ? Backend::CPU : Backend::CUDA;
-  for (const auto& p : paths())
-    if (p.backend == b && std::string(p.op).rfind("segment_", 0) == 0 && p.op != "segment_reduce") return true;
-  return false;
+  return has_paths_for(dev, {"segment_softmax", "segment_log_softmax", "segment_logsumexp"});
 }
 
 template <class T>

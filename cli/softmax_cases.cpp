@@ -128,12 +128,7 @@ struct Outcome {
   std::set<std::string> paths;
 };
 
-bool has_softmax_paths(DeviceRef dev) {
-  const Backend b = dev.type == Device::CPU ? Backend::CPU : Backend::CUDA;
-  for (const auto& p : paths())
-    if (p.backend == b && (p.op == "softmax" || p.op == "log_softmax")) return true;
-  return false;
-}
+bool has_softmax_paths(DeviceRef dev) { return has_paths_for(dev, {"softmax", "log_softmax"}); }
 
 // A host array moved to `dev` (a no-op on the CPU), keeping its strides.
 struct OnDevice {
@@ -241,7 +236,7 @@ void run_softmax_cases(DeviceRef dev, const std::function<void(Row)>& record) {
     std::string path;
     for (const auto& p : o.paths) path += (path.empty() ? "" : ",") + p;
     if (o.ok && path.empty()) o.detail = "empty: no kernel ran";
-    record(Row{c.name, c.log ? "log_softmax" : "softmax", dev.type == Device::CPU ? "cpu" : "cuda", path, o.err,
+    record(Row{c.name, c.log ? "log_softmax" : "softmax", device_name(dev), path, o.err,
                o.ok ? "ok" : "WRONG", o.detail});
   }
 }
@@ -433,7 +428,7 @@ double large_expected(const LargeSoftmaxCase& c, int64_t i) {
 }
 
 Row run_softmax_large_case(const LargeSoftmaxCase& c, DeviceRef dev) {
-  Row row{c.name, c.op(), dev.type == Device::CPU ? "cpu" : "cuda", "", 0, "ok", ""};
+  Row row{c.name, c.op(), device_name(dev), "", 0, "ok", ""};
   const std::string need = "needs " + gib(c.bytes_needed());
   const std::string short_of = memory_shortfall(dev, c.bytes_needed());
   if (!short_of.empty()) {
