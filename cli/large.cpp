@@ -139,6 +139,14 @@ std::string memory_shortfall(DeviceRef dev, int64_t need) {
   return "needs " + gib(need) + ", " + gib(have) + " free on " + (dev.type == Device::CUDA ? "cuda" : "cpu");
 }
 
+bool skip_if_short(Row& row, DeviceRef dev, int64_t need) {
+  const std::string short_of = memory_shortfall(dev, need);
+  if (short_of.empty()) return false;
+  row.verdict = "skipped";
+  row.detail = short_of;
+  return true;
+}
+
 double round_to_dtype(double v, DType dtype) {
   const uint64_t b = bits_of(v, dtype);
   return value_of(&b, dtype);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/report.h"
 #include "segred/tensor.h"
 
 namespace segred::cli {
@@ -34,6 +35,9 @@ int64_t free_bytes(DeviceRef dev);
 // "" when `need` bytes (plus 1 GiB of slack on a GPU) fit on `dev`, else the
 // reason to skip: "needs 24.0 GiB, 11.3 GiB free on cuda".
 std::string memory_shortfall(DeviceRef dev, int64_t need);
+// When `need` bytes do not fit on `dev`: marks `row` skipped with the reason and
+// returns true (the caller returns the row without running the case).
+bool skip_if_short(Row& row, DeviceRef dev, int64_t need);
 std::string gib(int64_t bytes);  // "24.0 GiB"
 
 // A contiguous tensor of `shape` on `dev` holding `a` rounded to `dtype`. The

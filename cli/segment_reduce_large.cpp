@@ -94,12 +94,7 @@ std::vector<LargeSegmentCase> segment_reduce_large_cases(bool small) {
 
 Row run_segment_reduce_large_case(const LargeSegmentCase& c, DeviceRef dev) {
   Row row{c.name, "segment_reduce", device_name(dev), "", 0, "ok", ""};
-  const std::string short_of = memory_shortfall(dev, c.bytes_needed());
-  if (!short_of.empty()) {
-    row.verdict = "skipped";
-    row.detail = short_of;
-    return row;
-  }
+  if (skip_if_short(row, dev, c.bytes_needed())) return row;
   const auto t0 = std::chrono::steady_clock::now();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   std::set<std::string> ps;

@@ -146,11 +146,7 @@ Row run_large(SegmentSoftmaxOp op, DeviceRef dev) {
   Row row{"large/" + kind + "/(2^32+64) rows, segments 2 | 2^32+60 | 2/float16", kind, device_name(dev), "", 0, "ok",
           ""};
   const int64_t need = 4 * L * 2;  // output, g, y, gradient
-  row.detail = memory_shortfall(dev, need);  // "" when it fits
-  if (!row.detail.empty()) {
-    row.verdict = "skipped";
-    return row;
-  }
+  if (skip_if_short(row, dev, need)) return row;
   const auto t0 = std::chrono::steady_clock::now();
   std::set<std::string> ps;
   try {

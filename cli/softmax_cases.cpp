@@ -430,12 +430,7 @@ double large_expected(const LargeSoftmaxCase& c, int64_t i) {
 Row run_softmax_large_case(const LargeSoftmaxCase& c, DeviceRef dev) {
   Row row{c.name, c.op(), device_name(dev), "", 0, "ok", ""};
   const std::string need = "needs " + gib(c.bytes_needed());
-  const std::string short_of = memory_shortfall(dev, c.bytes_needed());
-  if (!short_of.empty()) {
-    row.verdict = "skipped";
-    row.detail = short_of;
-    return row;
-  }
+  if (skip_if_short(row, dev, c.bytes_needed())) return row;
   const auto t0 = std::chrono::steady_clock::now();
   std::set<std::string> ps;
   try {
