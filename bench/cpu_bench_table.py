@@ -11,6 +11,7 @@ import json
 import re
 import statistics
 import sys
+from run_commit import run_commit  # noqa: E402  (bench/ is the script's directory)
 
 
 def load(path):
@@ -50,7 +51,7 @@ def main():
             continue
         name = b.get("run_name", b["name"]).split("/min_time")[0].split("/real_time")[0]
         rows.setdefault(name, []).append(b)
-    print(f"# {title}\n")
+    print(f"# {title}\n\ncommit {run_commit()}\n")
     print(f"- host: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at "
           f"{ctx.get('mhz_per_cpu', '?')} MHz; caches: "
           + ", ".join(f"L{c['level']} {c['size'] // 1024} KiB x{c.get('num_sharing', 1)}"

@@ -22,6 +22,7 @@ import tempfile
 
 import numpy as np
 import torch
+from run_commit import run_commit  # noqa: E402  (bench/ is the script's directory)
 
 
 def median_ms(fn, reps, rot):
@@ -134,7 +135,7 @@ def main():
         line = (f"| {name} | {dt} | {red} | {d} | {ms:.4f} | {pct:.1f}% | {tt:.4f} | {tt / ms:.1f}x | {cub_s} | {cub_p} |")
         lines.append(line)
         print(line, flush=True)
-    table = (f"Device: {device}; copy bandwidth {copy_gbs:.0f} GB/s (cudaMemcpy D2D 1 GiB, read+write; "
+    table = (f"Commit {run_commit()}. Device: {device}; copy bandwidth {copy_gbs:.0f} GB/s (cudaMemcpy D2D 1 GiB, read+write; "
              f"torch copy_ {torch_copy:.0f} GB/s); torch {torch.__version__}\n\n" + hdr + "\n" + "\n".join(lines) + "\n")
     print()
     print(table)

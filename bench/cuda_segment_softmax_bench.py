@@ -34,6 +34,7 @@ import torch
 
 import segred
 import segred.torch  # noqa: F401  (registers torch.ops.segred.*)
+from run_commit import run_commit  # noqa: E402  (bench/ is the script's directory)
 
 REPS = 15
 BATCH = 5
@@ -243,7 +244,7 @@ def main():
     print(text)
     if OUT:
         with open(OUT, "w") as f:
-            f.write(f"# CUDA ragged softmax on {torch.cuda.get_device_name()} (torch {torch.__version__})\n\n")
+            f.write(f"# CUDA ragged softmax on {torch.cuda.get_device_name()} (torch {torch.__version__}), commit {run_commit()}\n\n")
             f.write(text)
     return 0 if all_ok else 1
 

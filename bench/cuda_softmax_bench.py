@@ -12,10 +12,10 @@ ends, the same values segred's CudaSoftmaxHuge tests use. Writes a markdown tabl
 import math
 import re
 import struct
-import subprocess
 import sys
 
 import torch
+from run_commit import run_commit  # noqa: E402  (bench/ is the script's directory)
 
 REPS = 25
 
@@ -162,10 +162,10 @@ def main():
             dnn[(p[1], p[2], p[3])] = (float(p[4]) if ok else None, "" if ok else p[5], p[6])
     torch_copy, tt = torch_times()
     bnd = torch_boundary()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = run_commit()
     dev = torch.cuda.get_device_name(0)
     L = []
-    L.append(f"# CUDA softmax on {dev}, commit {commit} (plus the uncommitted working tree of that run)")
+    L.append(f"# CUDA softmax on {dev}, commit {commit}")
     L.append("")
     L.append(f"torch {torch.__version__}. Copy bandwidth (device-to-device, read + write): segred process "
              f"{seg_copy:.0f} GB/s, torch process {torch_copy:.0f} GB/s; % of copy bandwidth below uses "
