@@ -114,14 +114,66 @@ inline Case make_case(std::mt19937_64& rng, int64_t outer, int64_t S, int64_t F,
   return c;
 }
 
+// Many short segments (lengths 0-14, mostly 1-3: several per chunk of the CUDA
+// tiles, more than a lane keeps) around one of 300 rows (crossing chunk and tile
+// edges), `outer` rows; `ghosts`: 3 rows before and 5 after the segments.
+inline Case short_segments_case(std::mt19937_64& rng, int64_t outer, int64_t S, int64_t F, bool ghosts) {
+  static const int64_t lens[] = {0, 1, 1, 2, 1, 3, 1, 2, 5, 9, 1, 14, 0, 1, 40};
+  std::uniform_int_distribution<int> pick(0, int(sizeof(lens) / sizeof(lens[0])) - 1);
+  Case c;
+  c.outer = outer;
+  c.S = S;
+  c.F = F;
+  c.name = std::string("short segments") + (ghosts ? "+ghosts" : "") + " outer=" + std::to_string(outer) +
+           " S=" + std::to_string(S) + " F=" + std::to_string(F);
+  std::vector<std::vector<int64_t>> rows(static_cast<size_t>(outer));
+  int64_t L = 0;
+  for (auto& l : rows) {
+    int64_t tot = ghosts ? 3 : 0;
+    for (int64_t s = 0; s < S; ++s) tot += l.emplace_back(s == S / 2 ? 300 : lens[size_t(pick(rng))]);
+    L = std::max(L, tot + (ghosts ? 5 : 0));
+  }
+  for (auto& l : rows) {
+    int64_t o = ghosts ? 3 : 0, tot = 0;
+    for (auto v : l) tot += v;
+    if (!ghosts && S > 0) l.back() += L - tot;  // rows end at L
+    c.off.push_back(o);
+    for (auto v : l) c.off.push_back(o += v);
+  }
+  c.L = L;
+  return c;
+}
+
 // Values: uniform in [-4, 4]; `specials` puts, per feature f < 6 of the first
 // row, one segment of each kind (all -inf, a NaN, a +inf, two +inf, -inf beside
 // finite values, a huge spread), where segments with >= 2 rows exist.
-inline std::vector<double> make_data(std::mt19937_64& rng, const Case& c, bool specials) {
+// `dense`: instead, every (segment, feature) of every outer row draws one of those
+// kinds or none (a segment of one row included: a lone -inf, NaN or +inf).
+inline std::vector<double> make_data(std::mt19937_64& rng, const Case& c, bool specials, bool dense = false) {
   const double inf = std::numeric_limits<double>::infinity();
   std::uniform_real_distribution<double> u(-4, 4);
   std::vector<double> x(size_t(c.outer * c.L * c.F));
   for (auto& v : x) v = u(rng);
+  if (dense) {
+    std::uniform_int_distribution<int> kind(0, 9);
+    for (int64_t r = 0; r < c.outer; ++r)
+      for (int64_t s = 0; s < c.S; ++s)
+        for (int64_t f = 0; f < c.F; ++f) {
+          const int64_t b = c.off[size_t(r * (c.S + 1) + s)], e = c.off[size_t(r * (c.S + 1) + s + 1)];
+          if (e <= b) continue;
+          auto at = [&](int64_t j) -> double& { return x[size_t((r * c.L + j) * c.F + f)]; };
+          switch (kind(rng)) {
+            case 0: for (int64_t j = b; j < e; ++j) at(j) = -inf; break;
+            case 1: at(b + (e - b) / 2) = std::nan(""); break;
+            case 2: at(e - 1) = inf; break;
+            case 3: at(b) = inf; at(e - 1) = inf; break;
+            case 4: for (int64_t j = b; j < e; j += 2) at(j) = -inf; break;
+            case 5: at(b) = 60.0; at(e - 1) = -60.0; break;
+            default: break;
+          }
+        }
+    return x;
+  }
   if (!specials) return x;
   int f = 0;
   for (int64_t s = 0; s < c.S && f < 6 && f < c.F; ++s) {
@@ -160,10 +212,10 @@ struct Inputs {
 };
 
 template <class Round>
-Inputs make_inputs(SsKind k, const Case& c, std::mt19937_64& rng, bool specials, Round round) {
+Inputs make_inputs(SsKind k, const Case& c, std::mt19937_64& rng, bool specials, Round round, bool dense = false) {
   Inputs in;
   const auto p = c.problem();
-  std::vector<double> x = make_data(rng, c, specials);
+  std::vector<double> x = make_data(rng, c, specials, dense);
   for (auto& v : x) v = round(v);
   in.x = x;
   const std::string op = ref_op(k);

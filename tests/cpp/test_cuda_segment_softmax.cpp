@@ -160,10 +160,11 @@ struct Force64 {  // resets even when an assertion returns early
 
 // One case, one kind, one dtype: CUDA (poisoned output, trace-asserted path)
 // against the reference and the CPU backend, and bitwise reproducible.
-void check(const Case& c, SsKind k, DType t, bool offsets, bool force64, std::mt19937_64& rng, bool specials) {
+void check(const Case& c, SsKind k, DType t, bool offsets, bool force64, std::mt19937_64& rng, bool specials,
+           bool dense = false) {
   SCOPED_TRACE(::testing::Message() << kind_name(k) << " " << dtype_name(t) << " " << c.name
                                     << (offsets ? " offsets(int32)" : " lengths(int64)") << (force64 ? " i64" : ""));
-  const Inputs in = make_inputs(k, c, rng, specials, [t](double v) { return round_to(t, v); });
+  const Inputs in = make_inputs(k, c, rng, specials, [t](double v) { return round_to(t, v); }, dense);
   const Shapes sh = shapes_of(c, offsets);
   const Meta m = metadata(c, offsets);
   const Force64 force(force64);
@@ -193,8 +194,9 @@ void check(const Case& c, SsKind k, DType t, bool offsets, bool force64, std::mt
   EXPECT_TRUE(same_bits(out, again)) << "not bitwise reproducible";
 }
 
-void check_kinds(const Case& c, DType t, bool offsets, bool force64, std::mt19937_64& rng, bool specials) {
-  for (SsKind k : kKinds) check(c, k, t, offsets, force64, rng, specials);
+void check_kinds(const Case& c, DType t, bool offsets, bool force64, std::mt19937_64& rng, bool specials,
+                 bool dense = false) {
+  for (SsKind k : kKinds) check(c, k, t, offsets, force64, rng, specials, dense);
 }
 
 // Typed (not value-parameterised) so the suite registers, and runs, in file
@@ -236,6 +238,23 @@ TYPED_TEST(CudaSegmentSoftmax, EveryKindHeadsAndLayoutsForcedI64) {
 
 
 // Awkward sizes, segments of one, empty segments, degenerate layouts (float32).
+// The tile kernel's lock-step walk and row pass (session 4): several short
+// segments per chunk (more than a lane keeps in registers: some written by the
+// walk itself), one-row and empty segments, a 300-row segment across chunk and
+// tile edges, ghosts, and a special value drawn for every (segment, feature):
+// all -inf, NaN, +inf once or twice, -inf beside finite values, a huge spread.
+TYPED_TEST(CudaSegmentSoftmax, ShortSegmentsDenseSpecials) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(808);
+  const DType t = dtype_of<TypeParam>();
+  int n = 0;
+  for (int64_t F : {1, 2, 4, 8, 12, 64})
+    for (int ghosts = 0; ghosts < 2; ++ghosts, ++n) {
+      const Case c = short_segments_case(rng, 1 + n % 2, F >= 64 ? 200 : 3000, F, ghosts == 1);
+      check_kinds(c, t, ghosts == 1, n % 3 == 2, rng, false, true);
+    }
+}
+
 TEST(CudaSegmentSoftmaxLayouts, AwkwardAndDegenerate) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);

@@ -205,8 +205,9 @@ double round_to_t(double v) {
 // The kernels' index type is a template argument: both are emulated (i64 on
 // `wide_index`), the arithmetic being the same code.
 template <SsKind K, class T>
-void check_kind(const Case& c, std::mt19937_64& rng, const Config& cfg, bool specials, bool wide_index) {
-  const Inputs in = make_inputs(K, c, rng, specials, round_to_t<T>);
+void check_kind(const Case& c, std::mt19937_64& rng, const Config& cfg, bool specials, bool wide_index,
+                bool dense = false) {
+  const Inputs in = make_inputs(K, c, rng, specials, round_to_t<T>, dense);
   std::string geo;
   constexpr int vmax = sizeof(T) == 8 ? 2 : 4;
   const bool vec = c.F % vmax == 0;
@@ -219,13 +220,14 @@ void check_kind(const Case& c, std::mt19937_64& rng, const Config& cfg, bool spe
 }
 
 template <class T>
-void check_all_kinds(const Case& c, std::mt19937_64& rng, const Config& cfg, bool specials, bool wide_index) {
-  check_kind<SsKind::SoftmaxFwd, T>(c, rng, cfg, specials, wide_index);
-  check_kind<SsKind::LogSoftmaxFwd, T>(c, rng, cfg, specials, wide_index);
-  check_kind<SsKind::LseFwd, T>(c, rng, cfg, specials, wide_index);
-  check_kind<SsKind::SoftmaxBwd, T>(c, rng, cfg, specials, wide_index);
-  check_kind<SsKind::LogSoftmaxBwd, T>(c, rng, cfg, specials, wide_index);
-  check_kind<SsKind::LseBwd, T>(c, rng, cfg, specials, wide_index);
+void check_all_kinds(const Case& c, std::mt19937_64& rng, const Config& cfg, bool specials, bool wide_index,
+                     bool dense = false) {
+  check_kind<SsKind::SoftmaxFwd, T>(c, rng, cfg, specials, wide_index, dense);
+  check_kind<SsKind::LogSoftmaxFwd, T>(c, rng, cfg, specials, wide_index, dense);
+  check_kind<SsKind::LseFwd, T>(c, rng, cfg, specials, wide_index, dense);
+  check_kind<SsKind::SoftmaxBwd, T>(c, rng, cfg, specials, wide_index, dense);
+  check_kind<SsKind::LogSoftmaxBwd, T>(c, rng, cfg, specials, wide_index, dense);
+  check_kind<SsKind::LseBwd, T>(c, rng, cfg, specials, wide_index, dense);
 }
 
 const Config kConfigs[] = {{256, 0, true},  {256, 3, true},  {256, 17, true},  {64, 40, true},
@@ -282,6 +284,29 @@ TYPED_TEST(SegmentSoftmaxTiles, DegenerateLayouts) {
       SCOPED_TRACE(c.name);
       check_all_kinds<TypeParam>(c, rng, cfg, false, cfg.block == 32);
     }
+}
+
+// The walk's lock-step pass and the row pass: many short segments per chunk
+// (several middle pieces, more than a lane keeps, so some are written by the
+// walk itself), segments crossing chunk and tile edges, empty and one-row
+// segments, ghosts, and special values in every segment and feature (-inf only,
+// NaN, +inf once and twice, -inf beside finite values, a huge spread; one-row
+// segments of a lone -inf, NaN or +inf), on geometries with long chunks (E up to
+// ~200 rows) and short ones.
+TYPED_TEST(SegmentSoftmaxTiles, LockStepWalkShortSegmentsDenseSpecials) {
+  std::mt19937_64 rng(seed_of("lockstep") ^ sizeof(TypeParam));
+  int n = 0;
+  for (int64_t F : {1, 2, 4, 8, 12, 64}) {
+    if (sizeof(TypeParam) < 4 && F == 2) continue;
+    for (int ghosts = 0; ghosts < 2; ++ghosts, ++n) {
+      const Case c = short_segments_case(rng, 1 + n % 2, F >= 64 ? 60 : 400, F, ghosts == 1);
+      for (Config cfg : {Config{256, 0, true}, Config{32, 0, true}, Config{64, 0, false}, Config{128, 150, true},
+                         Config{32, 45, false}}) {
+        SCOPED_TRACE(c.name + " block " + std::to_string(cfg.block) + " items " + std::to_string(cfg.max_items));
+        check_all_kinds<TypeParam>(c, rng, cfg, false, (n + cfg.block) % 3 == 0, true);
+      }
+    }
+  }
 }
 
 }  // namespace
