@@ -42,8 +42,18 @@ inline CopyBuffers copy_buffers(size_t half) {
 }
 
 // Median seconds of 9 memcpys that each move `bytes` (bytes/2 read, bytes/2 written).
-inline double memcpy_seconds(size_t bytes) {
-  const size_t half = bytes / 2;
+//
+// at_least: copy at least this many bytes per memcpy (0: bytes/2), and scale the
+// time to `bytes` (bandwidth measured on the larger copy). The segment_reduce
+// benchmark passes the size of its data tensor, so that a bf16 case, whose bytes/2
+// (half the bytes the op moves) is ~34 MiB, does not measure a copy that the
+// benchmark host's large LLC (a VM reporting 300 MiB) partly keeps cached across
+// repetitions while the op streams its output to memory: every case's copy then
+// reads and writes at least a data tensor's size (the moved bytes it is scaled to
+// stay the op's bytes; cases that move more than twice the data, the max/min
+// backwards, are unchanged).
+inline double memcpy_seconds(size_t bytes, size_t at_least = 0) {
+  const size_t half = std::max(bytes / 2, at_least);
   const CopyBuffers buf = copy_buffers(half);
   std::vector<double> t;
   par_memcpy(buf.dst, buf.src, half);  // warm-up
@@ -53,7 +63,7 @@ inline double memcpy_seconds(size_t bytes) {
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return t[t.size() / 2] * (double(bytes) / double(2 * half));
 }
 
 }  // namespace segred::bench

@@ -20,7 +20,10 @@
 // through softmax_isa_kernels.inc, picked by softmax_isa()). Flat sum/mean fills
 // and tie=split counts/writes of float32/float16/bfloat16 run explicit kVF-lane
 // vector loops; a short segment's last vector store may run into the following
-// segments of its block (rewritten next, in order): see the phase-1 loop.
+// segments of its block (rewritten next, in order): see the phase-1 loop. In phase
+// 1, flat sum/mean/tie=split and sum/mean on rows of 2/4(/8) features write each
+// run of consecutive short segments in one go (sr_run: vectors composed across
+// segment boundaries, streamed straight to grad_input when it is large).
 #include "src/cpu/softmax_isa.h"  // first: the per-ISA build machinery of the CPU kernels
 
 #include <cmath>

@@ -2,12 +2,13 @@
 // AVX-512: src/cpu/segment_reduce_isa_*.inc through the softmax kernels'
 // multiversioning) and a normal run reaches only the best one this CPU has. Here
 // every build this CPU can run (capped through softmax_isa_cap), each with grad_input
-// written in place and through the streaming stage, against the float64
+// written in place and streamed (the stage, or the runs' streaming stores), against the float64
 // reference: flat segment lengths 0, 1 and every vector width +-1 (4, 8, 16 lanes),
 // a short last segment at the very end of the tensor (tail loads that cannot read
 // a full vector), offsets leaving rows outside every segment (vector stores that
 // run on must stop before them), NaN / +-inf / ties at every lane position, many
-// short segments over several parallel blocks, batched rows, small feature counts.
+// short segments over several parallel blocks, batched rows, small feature counts,
+// runs of short segments between long ones across block boundaries.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -122,6 +123,75 @@ TEST_P(SegmentReduceIsa, ManyShortSegmentsParallelBlocksEveryBuild) {
     const Layout lay = from_lengths({L}, 0, {lens});
     for (const char* r : {"sum", "mean", "max", "min"})
       check_reduce(lay, t, r, random_data(rng, L, r, t), rng, {false, true, true});
+  });
+}
+
+// Runs of consecutive short segments are written in one go (backward: sr_run,
+// vectors composed across segment boundaries, streamed when the output is large):
+// lengths 0, 1, 2 and every vector width +-1 in runs, broken by long segments
+// (> Plan.chunk, written by phase 2) between them and with one short segment
+// between two long ones, several parallel blocks whose boundaries fall at
+// different places of the pattern (a prefix of singles shifts them), NaN / +-inf /
+// signed zeros in the short segments, rows of 2 and 4 features, batched rows with
+// rows outside every segment; every build, streamed and plain stores.
+TEST_P(SegmentReduceIsa, ShortRunsMixedWithLongAtBlockBoundariesEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> pat = {0, 1, 2, 0, 0, 1, 1};
+  for (int64_t w : {4, 8, 16})
+    for (int64_t d : {-1, 0, 1}) pat.push_back(w + d);
+  pat.insert(pat.end(), {2, 1, 0, 33, 1});
+  const int64_t piece = int64_t(1) << 16;  // Plan.chunk of the flat path: a longer segment is "long"
+  for (int64_t shift : {0, 7}) {
+    std::vector<int64_t> lens(size_t(shift), 1);
+    auto shorts = [&](int64_t reps) {
+      for (int64_t k = 0; k < reps; ++k) lens.insert(lens.end(), pat.begin(), pat.end());
+    };
+    shorts(80);
+    lens.push_back(piece + 17);  // long between two runs
+    lens.push_back(0);
+    lens.push_back(3);
+    lens.push_back(piece + 2);  // long, short, long
+    shorts(160);
+    lens.push_back(1);
+    const int64_t L = sum_of(lens);
+    SCOPED_TRACE(::testing::Message() << "shift " << shift << ", L " << L << ", S " << lens.size());
+    for_each_isa_and_store([&] {
+      const Layout lay = from_lengths({L}, 0, {lens});
+      for (const char* r : {"sum", "mean", "max", "min"}) {
+        std::vector<double> x = random_data(rng, L, r, t);
+        std::uniform_int_distribution<int64_t> pos(0, L - 1);
+        for (double special : {kNaN, kInf, -kInf, kNaN})
+          for (int k = 0; k < 20; ++k) x[size_t(pos(rng))] = special;
+        check_reduce(lay, t, r, x, rng, {false, true, shift == 0});
+      }
+    });
+  }
+  // Rows of 2 and 4 features (sum/mean backward runs compose a feature pattern per
+  // segment): several blocks, a long segment (> 2^16 / inner rows) inside.
+  for (int64_t f : {2, 4}) {
+    std::vector<int64_t> lens(3, 1);
+    for (int64_t k = 0; k < 150; ++k) lens.insert(lens.end(), pat.begin(), pat.end());
+    lens.push_back((piece / f) + 5);
+    for (int64_t k = 0; k < 50; ++k) lens.insert(lens.end(), pat.begin(), pat.end());
+    const int64_t L = sum_of(lens);
+    for_each_isa_and_store([&] {
+      const Layout lay = from_lengths({L, f}, 0, {lens});
+      for (const char* r : {"sum", "mean"}) check_reduce(lay, t, r, random_data(rng, L * f, r, t), rng, {false, true, false});
+    });
+  }
+  // Batched rows (axis 1) whose runs end at a row's end, with rows outside every segment.
+  std::vector<int64_t> o0 = {3}, o1 = {0};
+  for (int64_t k = 0; k < 3000; ++k) {
+    o0.push_back(o0.back() + pat[size_t(k) % pat.size()]);
+    o1.push_back(o1.back() + pat[size_t(k * 7 + 3) % pat.size()]);
+  }
+  const int64_t L2 = std::max(o0.back(), o1.back()) + 5;
+  for_each_isa_and_store([&] {
+    const Layout lay = from_offsets({2, L2}, 1, {o0, o1});
+    for (const char* r : {"sum", "mean", "max", "min"}) check_reduce(lay, t, r, random_data(rng, 2 * L2, r, t), rng);
   });
 }
 
