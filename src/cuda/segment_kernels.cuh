@@ -6,9 +6,11 @@
 // src/core/segment_geometry.h):
 //   flat_reduce      inner == 1. One warp per tile of 512 merge items: the tile's
 //                    positions and segment ends are staged in shared memory with
-//                    coalesced loads; each lane merge-path-searches its 16 items
-//                    there and walks them; a 5-step warp segmented scan (keys =
-//                    segment ids, monotone across lanes) joins the lanes' partials.
+//                    coalesced loads (v6: 16-byte vectors for the 16-bit types when
+//                    the data is 16-byte aligned); each lane merge-path-searches its
+//                    16 (16-bit: 32) items there and walks them; a 5-step warp
+//                    segmented scan (keys = segment ids, monotone across lanes) joins
+//                    the lanes' partials.
 //   feat_reduce      inner > 1. A group of G lanes walks `kFeatItems` merge items;
 //                    each position is one vector load per lane (V features).
 //   fixup_tree       segment_reduce's fix-up (v5): fixup's phase 1, then the long
@@ -262,17 +264,77 @@ constexpr int kIpl = detail::flat_items_per_lane(int(sizeof(Raw)));  // merge it
 template <class Raw>
 constexpr int kTile = 32 * kIpl<Raw>;  // merge items per warp tile
 
-// Staged positions (Raw) and tile-relative segment ends (int16: at most 1024),
-// so that 8 blocks of 8 warps fit in shared memory for every type (64 warps/SM).
-// Positions are padded by one element per kIpl: lane l walks positions near
-// l * kIpl, and without the pad the 32 lanes of a warp hit 2 banks (a 16-way
-// conflict on every staged load of the walk).
+// 16-byte vectors (Vec): the flat kernels stage positions with them, the feature
+// kernels load rows with them.
+template <class Raw, int V>
+struct alignas(sizeof(Raw) * V) Vec {
+  Raw v[V];
+};
+
+template <class Raw, int V>
+__device__ __forceinline__ Vec<Raw, V> load_vec(const Raw* p) {
+  return *reinterpret_cast<const Vec<Raw, V>*>(p);
+}
+
+__device__ __forceinline__ bool aligned16_dev(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// A 16-bit element from its bits (the low half of a staged word is the lower address).
 template <class Raw>
-__device__ __forceinline__ int spad(int idx) {
-  return idx + idx / kIpl<Raw>;
+__device__ __forceinline__ Raw raw_from_bits(uint16_t b) {
+  static_assert(sizeof(Raw) == 2, "16-bit types only");
+  Raw r;
+  memcpy(&r, &b, 2);
+  return r;
 }
 template <class Raw>
-constexpr int kTilePadded = kTile<Raw> + kTile<Raw> / kIpl<Raw>;
+__device__ __forceinline__ uint16_t bits_of(Raw r) {
+  static_assert(sizeof(Raw) == 2, "16-bit types only");
+  uint16_t b;
+  memcpy(&b, &r, 2);
+  return b;
+}
+// Whether the flat kernels stage with vectors: the 16-bit types only. Their
+// per-element staging issued 64-byte warp loads and is L1-bound (ncu, session 4:
+// bf16 flat_reduce at 86% memory throughput, 27% DRAM). A 4-byte element load
+// already moves 128 bytes per warp, and a lane's 4 elements of one vector land
+// 2-way bank-conflicted in the padded layout (lane l's k-th store at word
+// 4 l + l / 4 + ..., banks repeat every 16 lanes): for fp32 vector staging
+// trades 11 load instructions for 16 extra shared-store cycles and 8 registers
+// (64 -> 48 warps), against a kernel already at 51% L1/shared throughput; fp32
+// keeps the per-element staging (with the unsigned index). 8-byte types likewise.
+template <class Raw>
+constexpr bool kFlatVec = sizeof(Raw) == 2;
+
+// Staged positions (Raw) and tile-relative segment ends (int16: at most 1024).
+// Positions are padded by kPad elements (4 bytes for the 16-bit types, one
+// element otherwise) per kIpl: lane l walks positions near l * kIpl, and without
+// the pad the 32 lanes of a warp hit 2 banks (a 16-way conflict on every staged
+// load of the walk); with it, lane l's words start in bank 17 l mod 32 (4- and
+// 2-byte types). The 4-byte pad keeps 16-bit pairs (2m, 2m + 1) in one word, so
+// they are staged and written back as 32-bit shared accesses. v6: 16-bit tiles
+// are staged from the 16-byte boundary at or before the tile's first position
+// (kVecE<Raw> - 1 elements more at most), so that the staging is 16-byte vector
+// loads (and the elementwise write-back 16-byte stores) instead of one 64-byte
+// warp load per element (kFlatVec). Index arithmetic is unsigned: a signed
+// idx / kIpl costs three more instructions per staged or walked element.
+template <class Raw>
+constexpr int kVecE = 16 / int(sizeof(Raw));  // elements per 16-byte vector
+template <class Raw>
+constexpr int kPad = sizeof(Raw) == 2 ? 2 : 1;
+template <class Raw>
+__device__ __forceinline__ int spad(int idx) {
+  const unsigned u = unsigned(idx);
+  return int(u + u / unsigned(kIpl<Raw>) * unsigned(kPad<Raw>));
+}
+// Padded distance between positions idx and idx + 32.
+template <class Raw>
+constexpr int kRow = 32 + 32 / kIpl<Raw> * kPad<Raw>;
+static_assert(32 % detail::flat_items_per_lane(4) == 0 && 32 % detail::flat_items_per_lane(2) == 0,
+              "kRow needs kIpl to divide 32");
+template <class Raw>
+constexpr int kTilePadded = (kTile<Raw> + kVecE<Raw>) + ((kTile<Raw> + kVecE<Raw>) / kIpl<Raw> + 1) * kPad<Raw>;
+// Vectors a warp stages per tile, and the rounds of 32 lanes that takes.
+template <class Raw>
+constexpr int kStageRounds = ((kTile<Raw> + kVecE<Raw> - 1) / kVecE<Raw> + 1 + 31) / 32;
 
 template <class Raw, class Idx>
 constexpr size_t flat_smem_per_warp() {
@@ -303,19 +365,28 @@ __device__ __forceinline__ void partition_tile(const Q& q1, Idx nseg, Idx nel, i
 }
 
 // Warp prologue shared by the flat kernels: tile coordinates and staging.
+// Position p of the tile (tile-relative, [0, ne)) is staged at s_x[spad(o + p)].
 template <class Raw, class Idx>
 struct FlatTile {
   Idx i0, j0, i1, j1;
   int ns, ne;
+  int o;  // j0 - jb: the staged elements before the tile's first position (0 when !vec)
   Raw* s_x;
   int16_t* s_e;
 };
 
+// `vec`: x (when loaded) and every pointer the caller vectorises are 16-byte
+// aligned; the tile is then staged from jb = j0 rounded down to a whole vector,
+// one 16-byte load per vector, all of a lane's loads in flight before its first
+// shared store. A vector that would reach past the tensor's last position (nel)
+// is loaded element by element; only positions in [j0, j1) are stored.
 template <class Raw, class Idx>
-__device__ __forceinline__ FlatTile<Raw, Idx> flat_stage(const Raw* __restrict__ x, bool load_x,
+__device__ __forceinline__ FlatTile<Raw, Idx> flat_stage(const Raw* __restrict__ x, bool load_x, bool vec, Idx nel,
                                                          const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
                                                          const Idx* __restrict__ tile_j, Idx w,
                                                          unsigned char* smem_warp, int lane) {
+  constexpr int VE = kVecE<Raw>;
+  constexpr int R = kStageRounds<Raw>;
   FlatTile<Raw, Idx> t;
   t.s_x = reinterpret_cast<Raw*>(smem_warp);
   t.s_e = reinterpret_cast<int16_t*>(smem_warp + size_t(kTilePadded<Raw>) * sizeof(Raw));
@@ -325,12 +396,48 @@ __device__ __forceinline__ FlatTile<Raw, Idx> flat_stage(const Raw* __restrict__
   t.j1 = tile_j[w + 1];
   t.ns = int(t.i1 - t.i0);
   t.ne = int(t.j1 - t.j0);
+  t.o = vec ? int(t.j0 % Idx(VE)) : 0;  // j0 >= 0
   if (load_x) {
-    const Raw* xs = x + t.j0;
+    if (kFlatVec<Raw> && vec) {
+      const Idx jb = t.j0 - Idx(t.o);
+      const Raw* xb = x + jb;
+      const int lo = t.o, hi = t.o + t.ne;  // staged elements [lo, hi), relative to jb
+      // One vector per lane and round; a vector past nel (the tensor's last one
+      // only) is read element by element when stored.
+      Vec<Raw, VE> v[R];
 #pragma unroll
-    for (int k = 0; k < kIpl<Raw>; ++k) {
-      const int idx = k * 32 + lane;
-      if (idx < t.ne) t.s_x[spad<Raw>(idx)] = xs[idx];
+      for (int r = 0; r < R; ++r) {
+        const int a = (r * 32 + lane) * VE;
+        if (a < hi && jb + Idx(a + VE) <= nel) v[r] = load_vec<Raw, VE>(xb + a);
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int a = (r * 32 + lane) * VE;
+        if (a >= lo && a + VE <= hi) {  // then jb + a + VE <= j1 <= nel
+          if constexpr (sizeof(Raw) == 2) {  // 4 words: pairs never straddle a pad
+            const uint4 b = *reinterpret_cast<const uint4*>(&v[r]);
+            const uint32_t wd[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int m = 0; m < 4; ++m) *reinterpret_cast<uint32_t*>(t.s_x + spad<Raw>(a + 2 * m)) = wd[m];
+          } else {
+#pragma unroll
+            for (int e = 0; e < VE; ++e) t.s_x[spad<Raw>(a + e)] = v[r].v[e];
+          }
+        } else if (a < hi) {
+          const bool whole = jb + Idx(a + VE) <= nel;
+#pragma unroll
+          for (int e = 0; e < VE; ++e)
+            if (a + e >= lo && a + e < hi) t.s_x[spad<Raw>(a + e)] = whole ? v[r].v[e] : xb[a + e];
+        }
+      }
+    } else {
+      const Raw* xs = x + t.j0;
+      Raw* sl = t.s_x + spad<Raw>(lane);  // spad(32 k + lane) = spad(lane) + k * kRow (kIpl divides 32)
+#pragma unroll
+      for (int k = 0; k < kIpl<Raw>; ++k) {
+        const int idx = k * 32 + lane;
+        if (idx < t.ne) sl[k * kRow<Raw>] = xs[idx];
+      }
     }
   }
   for (int k = lane; k < t.ns; k += 32) t.s_e[k] = int16_t(q[t.i0 + k + 1] - t.j0);
@@ -352,7 +459,7 @@ __device__ __forceinline__ void flat_lane_split(const E* s_e, int ns, int ne, in
 
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
-                                                   const Idx* __restrict__ q, Idx W,
+                                                   const Idx* __restrict__ q, Idx W, Idx nel,
                                                    const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                    typename Fn::A* __restrict__ carry,
                                                    typename Fn::A* __restrict__ head) {
@@ -362,7 +469,7 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
-  const auto t = flat_stage<Raw, Idx>(x, true, q, tile_i, tile_j, w,
+  const auto t = flat_stage<Raw, Idx>(x, true, kFlatVec<Raw> && aligned16_dev(x), nel, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
   int ti, tj, items;
   flat_lane_split<kIpl<Raw>>(t.s_e, t.ns, t.ne, lane, ti, tj, items);
@@ -373,7 +480,31 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
   while (items > 0) {
     const int e = ti < t.ns ? int(t.s_e[ti]) : t.ne;
     const int run = min(e - tj, items);
-    for (int k = 0; k < run; ++k) acc = fn.combine(acc, fn.value(c, t.j0 + tj + k, t.s_x[spad<Raw>(tj + k)]));
+    const int base = t.o + tj;
+    int k = 0;
+    if constexpr (sizeof(Raw) == 2) {  // pairs (even, odd) share a word: one shared load per 2 elements
+      if ((base & 1) && run > 0) {
+        acc = fn.combine(acc, fn.value(c, t.j0 + tj, t.s_x[spad<Raw>(base)]));
+        k = 1;
+      }
+#pragma unroll 2
+      for (; k + 2 <= run; k += 2) {
+        const uint32_t wv = *reinterpret_cast<const uint32_t*>(t.s_x + spad<Raw>(base + k));
+        acc = fn.combine(acc, fn.value(c, t.j0 + tj + k, raw_from_bits<Raw>(uint16_t(wv & 0xffffu))));
+        acc = fn.combine(acc, fn.value(c, t.j0 + tj + k + 1, raw_from_bits<Raw>(uint16_t(wv >> 16))));
+      }
+    }
+    if constexpr (sizeof(Raw) != 2) {  // pieces between pads (<= 2 per run): plain address increments
+      while (k < run) {
+        const int p = base + k;
+        const int len = min(run - k, kIpl<Raw> - int(unsigned(p) % unsigned(kIpl<Raw>)));
+        const Raw* sp = t.s_x + spad<Raw>(p);
+        const Idx jk = t.j0 + tj + k;
+        for (int i = 0; i < len; ++i) acc = fn.combine(acc, fn.value(c, jk + i, sp[i]));
+        k += len;
+      }
+    }
+    for (; k < run; ++k) acc = fn.combine(acc, fn.value(c, t.j0 + tj + k, t.s_x[spad<Raw>(base + k)]));
     tj += run;
     items -= run;
     if (items > 0) {  // the next item completes segment ti
@@ -415,7 +546,7 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                         typename Fn::Raw* __restrict__ gi,
-                                                        const Idx* __restrict__ q, Idx W,
+                                                        const Idx* __restrict__ q, Idx W, Idx nel,
                                                         const Idx* __restrict__ tile_i,
                                                         const Idx* __restrict__ tile_j) {
   using Raw = typename Fn::Raw;
@@ -424,7 +555,9 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;
   const bool need_x = fn.needs_x();
-  const auto t = flat_stage<Raw, Idx>(x, need_x, q, tile_i, tile_j, w,
+  // Vectors for both the staging and the write-back, or for neither (one layout).
+  const bool vec = kFlatVec<Raw> && aligned16_dev(gi) && (!need_x || aligned16_dev(x));
+  const auto t = flat_stage<Raw, Idx>(x, need_x, vec, nel, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
   int ti, tj, items;
   flat_lane_split<kIpl<Raw>>(t.s_e, t.ns, t.ne, lane, ti, tj, items);
@@ -432,8 +565,35 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   while (items > 0) {
     const int e = ti < t.ns ? int(t.s_e[ti]) : t.ne;
     const int run = min(e - tj, items);
-    for (int k = 0; k < run; ++k) {
-      const int sp = spad<Raw>(tj + k);
+    const int base = t.o + tj;
+    int k = 0;
+    if constexpr (sizeof(Raw) == 2) {  // pairs (even, odd) of the run: one shared load and store per word
+      if ((base & 1) && run > 0) {
+        const int sp = spad<Raw>(base);
+        t.s_x[sp] = fn.elem(c, t.j0 + tj, need_x ? t.s_x[sp] : Raw(0.0f));
+        k = 1;
+      }
+#pragma unroll 1
+      for (; k + 2 <= run; k += 2) {
+        uint32_t* wp = reinterpret_cast<uint32_t*>(t.s_x + spad<Raw>(base + k));
+        const uint32_t wv = need_x ? *wp : 0u;  // 0u: two +0.0 (the Raw(0.0f) of the scalar loop)
+        const Raw e0 = fn.elem(c, t.j0 + tj + k, raw_from_bits<Raw>(uint16_t(wv & 0xffffu)));
+        const Raw e1 = fn.elem(c, t.j0 + tj + k + 1, raw_from_bits<Raw>(uint16_t(wv >> 16)));
+        *wp = uint32_t(bits_of(e0)) | (uint32_t(bits_of(e1)) << 16);  // both positions are this lane's
+      }
+    }
+    if constexpr (sizeof(Raw) != 2) {  // pieces between pads (<= 2 per run)
+      while (k < run) {
+        const int p = base + k;
+        const int len = min(run - k, kIpl<Raw> - int(unsigned(p) % unsigned(kIpl<Raw>)));
+        Raw* sp = t.s_x + spad<Raw>(p);
+        const Idx jk = t.j0 + tj + k;
+        for (int i = 0; i < len; ++i) sp[i] = fn.elem(c, jk + i, need_x ? sp[i] : Raw(0.0f));  // own: in place
+        k += len;
+      }
+    }
+    for (; k < run; ++k) {
+      const int sp = spad<Raw>(base + k);
       const Raw xv = need_x ? t.s_x[sp] : Raw(0.0f);
       t.s_x[sp] = fn.elem(c, t.j0 + tj + k, xv);  // own positions only: in place
     }
@@ -446,25 +606,45 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
     }
   }
   __syncwarp();
-  Raw* out = gi + t.j0;
+  if (kFlatVec<Raw> && vec) {  // whole vectors in [j0, j1): one 16-byte store; the 2 edge ones per element
+    constexpr int VE = kVecE<Raw>;
+    Raw* gb = gi + (t.j0 - Idx(t.o));
+    const int lo = t.o, hi = t.o + t.ne;
 #pragma unroll
-  for (int k = 0; k < kIpl<Raw>; ++k) {
-    const int idx = k * 32 + lane;
-    if (idx < t.ne) out[idx] = t.s_x[spad<Raw>(idx)];
+    for (int r = 0; r < kStageRounds<Raw>; ++r) {
+      const int a = (r * 32 + lane) * VE;
+      if (a >= lo && a + VE <= hi) {
+        if constexpr (sizeof(Raw) == 2) {
+          uint4 b;
+          b.x = *reinterpret_cast<const uint32_t*>(t.s_x + spad<Raw>(a));
+          b.y = *reinterpret_cast<const uint32_t*>(t.s_x + spad<Raw>(a + 2));
+          b.z = *reinterpret_cast<const uint32_t*>(t.s_x + spad<Raw>(a + 4));
+          b.w = *reinterpret_cast<const uint32_t*>(t.s_x + spad<Raw>(a + 6));
+          *reinterpret_cast<uint4*>(gb + a) = b;
+        } else {
+          Vec<Raw, VE> v;
+#pragma unroll
+          for (int e = 0; e < VE; ++e) v.v[e] = t.s_x[spad<Raw>(a + e)];
+          *reinterpret_cast<Vec<Raw, VE>*>(gb + a) = v;
+        }
+      } else if (a < hi) {
+#pragma unroll
+        for (int e = 0; e < VE; ++e)
+          if (a + e >= lo && a + e < hi) gb[a + e] = t.s_x[spad<Raw>(a + e)];
+      }
+    }
+  } else {
+    Raw* out = gi + t.j0;
+    const Raw* sl = t.s_x + spad<Raw>(lane);
+#pragma unroll
+    for (int k = 0; k < kIpl<Raw>; ++k) {
+      const int idx = k * 32 + lane;
+      if (idx < t.ne) out[idx] = sl[k * kRow<Raw>];
+    }
   }
 }
 
 // ---------------------------------------------------------------- features (inner > 1)
-
-template <class Raw, int V>
-struct alignas(sizeof(Raw) * V) Vec {
-  Raw v[V];
-};
-
-template <class Raw, int V>
-__device__ __forceinline__ Vec<Raw, V> load_vec(const Raw* p) {
-  return *reinterpret_cast<const Vec<Raw, V>*>(p);
-}
 
 // Group geometry of the calling lane.
 template <class Idx>

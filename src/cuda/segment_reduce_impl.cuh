@@ -167,7 +167,8 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_reduce");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
-    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, tile_i, tile_j, carry, head);
+    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, Idx(g.positions), tile_i, tile_j, carry,
+                                                                head);
     check_launch("flat_reduce");
     record(c.path, grid, block);
   } else {
@@ -202,7 +203,7 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_elementwise");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
-    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, gi, q, W, tile_i, tile_j);
+    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, gi, q, W, Idx(g.positions), tile_i, tile_j);
     check_launch("flat_elementwise");
     record(c.path, grid, block);
   } else {

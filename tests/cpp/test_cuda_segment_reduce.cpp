@@ -292,6 +292,82 @@ TEST_P(CudaSegmentReduce, LongSegmentsChunkedFixup) {
                  GetParam(), r, random_data(rng, R * inner, r, GetParam()), rng);
 }
 
+// v6: the flat kernels stage a tile with 16-byte vectors from the vector boundary
+// at or before its first position when data (and, backward, grad_input) are
+// 16-byte aligned, element by element otherwise. Every tile phase (j0 mod the
+// vector width) occurs; the tensor's last vector is partial (L odd); empty
+// segments, NaN, ties and gradients of every sign are in the data. Aligned: the
+// reference and the CPU (check_cuda); misaligned data, grad_input or both: the
+// same bits as aligned (same tiles, same combine order, other staging).
+TEST_P(CudaSegmentReduce, FlatVectorStagingMatchesScalar) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  const int es = dtype_size(t);
+  for (int64_t L : {int64_t(4093), int64_t(20011)}) {
+    SCOPED_TRACE(L);
+    std::vector<int64_t> lens = random_lengths(rng, L, 70);
+    lens.insert(lens.begin() + int64_t(lens.size() / 2), {0, 0, 0});  // an empty run mid-tensor
+    const Layout lay = from_lengths({L}, 0, {lens});
+    const Tensor meta = dev(lay.meta());
+    const Segments seg = dev_segments(lay, meta);
+    for (const char* r : {"sum", "max", "min", "mean"}) {
+      SCOPED_TRACE(r);
+      std::vector<double> x = random_data(rng, L, r, t);
+      for (int64_t k = 5; k < L; k += 997) x[size_t(k)] = kNaN;
+      x[size_t(L - 1)] = kNaN;  // in the tensor's last, partial vector
+      check_cuda(lay, t, r, x, rng);
+      // The same values at element offsets 0 (aligned), 1, 2, 3 of a padded buffer.
+      auto placed = [&](const std::vector<double>& v, int64_t off) {
+        std::vector<double> b(v.size() + 8, 0.0);
+        std::copy(v.begin(), v.end(), b.begin() + off);
+        return dev(make_tensor(b, {int64_t(b.size())}, t));
+      };
+      auto view = [&](const Tensor& b, int64_t off, int64_t n) {
+        return TensorView(static_cast<char*>(b.data()) + off * es, t, {n}, {}, kGpu);
+      };
+      const Reduce red = parse_reduce(r);
+      const std::vector<double> gv = mixed_grads(rng, lay.S, t);
+      const Tensor grad = dev(make_tensor(gv, {lay.S}, t));
+      const std::vector<std::string> ties =
+          is_tie_reduce(r) ? std::vector<std::string>{"split", "first", "last"} : std::vector<std::string>{"split"};
+      Tensor y_ref, gi_ref[3];
+      for (int64_t xo : {0, 1, 2, 3})
+        for (int64_t go : {0, 1, 3}) {
+          if (xo != 0 && go != 0 && xo != go) continue;
+          SCOPED_TRACE(::testing::Message() << "data offset " << xo << ", grad_input offset " << go);
+          const Tensor xb = placed(x, xo);
+          const TensorView xv = view(xb, xo, L);
+          Tensor y = poisoned({lay.S}, t);
+          segment_reduce_out(xv, red, seg, y);
+          if (xo == 0 && go == 0)
+            y_ref = host(y);
+          else
+            EXPECT_TRUE(same_bits(host(y), y_ref)) << "forward differs from the aligned call";
+          for (size_t ti = 0; ti < ties.size(); ++ti) {
+            SCOPED_TRACE(ties[ti]);
+            Tensor gb = poisoned({L + 8}, t);
+            const TensorView gi = view(gb, go, L);
+            segment_reduce_backward_out(grad, y, xv, red, seg, parse_tie(ties[ti]), gi);
+            const Tensor gh = host(gi);
+            if (xo == 0 && go == 0)
+              gi_ref[ti] = Tensor::contiguous_copy(gh.view());
+            else
+              EXPECT_TRUE(same_bits(gh, gi_ref[ti])) << "backward differs from the aligned call";
+            // Nothing written outside the view (the neighbours of the edge vectors).
+            const std::vector<double> all = to_vec(host(gb));
+            for (int64_t k = 0; k < L + 8; ++k)
+              if (k < go || k >= go + L) EXPECT_TRUE(std::isnan(all[size_t(k)])) << "element " << k << " overwritten";
+          }
+        }
+    }
+  }
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, CudaSegmentReduce, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
