@@ -25,6 +25,8 @@
 // below): last dim 128 bytes in flight per thread (fwd: fp32 32, 16-bit 64; bwd:
 // two arrays of fp32 16, 16-bit 32), spatial 64 bytes per array (fp32 16, 16-bit
 // 32), float64 8; scalar 16-bit loads hold one element per register (half the EV).
+// Short rows take a smaller EV (softmax_short_elems_per_thread, v5): the warp
+// kernel 16 when D <= 512 (more lanes per row), spatial E = 4 rows when D <= 4.
 //
 // Worked examples (H200, sm_count 132):
 //   [16384, 4096] dim -1: lastdim_block, 1 block per row, grid 16384, resident
@@ -40,6 +42,10 @@
 //     ty=32, tx=16: a [256 x 64] tile per 512-thread block, 3136 blocks.
 //   [8192, 8192] fp32 dim 0: spatial, V=4, E=4, tx=2 (8 columns), ty=256,
 //     cluster=8 (8*256*4 = 8192 rows): 1024 tiles x 8 blocks, resident.
+//   [262144, 128] dim -1: lastdim_warp, EV=16 (short rows) in every 2- and 4-byte
+//     dtype and direction: 8 lanes per row, 32 rows per 256-thread block.
+//   [8, 4, 2^24] dim 1: spatial, E=4 (D <= 4: fp32 V=4 EV=16, 16-bit V=4 EV=16),
+//     ty=1, tx=256: 1024 (16-bit) columns per block, 131072 blocks.
 //
 // Index width: 32-bit only when every index a kernel forms stays below 2^31. The
 // kernels form: row/tile counters plus their grid-stride step (< 2 * rows), in-row
@@ -97,6 +103,41 @@ constexpr int softmax_elems_per_thread(SoftmaxKernel k, int es, bool fwd, int ve
   return regs * per_reg;
 }
 
+// v5: a second, smaller EV per kernel kind for short rows (the kernels instantiate
+// exactly these two values, softmax_elems_per_thread ("full") and this one
+// ("short"); where both are equal there is one instantiation):
+//   lastdim_warp: v3's 16 elements per lane (fp32: four 16-byte vectors, 16-bit:
+//     two), taken when 32 lanes x 16 hold the row (D <= 512). v4's full EV put a
+//     [262144, 128] row on 4 lanes (fp32 fwd, 16-bit bwd) or 2 (16-bit fwd) instead
+//     of 8, and those rows fell from 86/74% to 74/64% of copy (bench/NOTES.md, "CUDA
+//     softmax v4"). Rows of 513 .. 32 x full still take the warp kernel at full EV.
+//   spatial: E = 4 rows per thread (EV = 4 x vec), taken when D <= 4. At 16-bit
+//     the full E is 8 (scalar loads: 16), so a D = 4 column ([8, 4, 2^24]) left half
+//     of each thread's row slots empty, and the padding costs the same exps, maxes
+//     and converts as data: 16-bit fwd 64 -> 55%, bwd 100 -> 84%.
+//   lastdim_block: the full EV only.
+constexpr int softmax_short_elems_per_thread(SoftmaxKernel k, int es, bool fwd, int vec) {
+  const int full = softmax_elems_per_thread(k, es, fwd, vec);
+  if (k == SoftmaxKernel::Warp) return full < 16 ? full : 16;
+  if (k == SoftmaxKernel::Spatial) return full < 4 * vec ? full : 4 * vec;
+  return full;
+}
+
+// True when the kernels instantiate EV `ev` for (k, es, fwd, vec): the launcher's
+// kernel pick fails with an error for any other value, and the plan tests assert
+// that every geometry's EV passes.
+constexpr bool softmax_ev_instantiated(SoftmaxKernel k, int es, bool fwd, int vec, int ev) {
+  return ev == softmax_elems_per_thread(k, es, fwd, vec) || ev == softmax_short_elems_per_thread(k, es, fwd, vec);
+}
+
+// The EV the geometry takes for a row (column) of D elements: the short EV when it
+// holds D (warp: 32 lanes x EV >= D; spatial: E = EV / vec >= D), else the full one.
+constexpr int softmax_pick_elems_per_thread(SoftmaxKernel k, int es, bool fwd, int vec, int64_t D) {
+  const int sh = softmax_short_elems_per_thread(k, es, fwd, vec);
+  const int64_t reach = k == SoftmaxKernel::Warp ? int64_t(32) * sh : k == SoftmaxKernel::Spatial ? sh / vec : 0;
+  return D <= reach ? sh : softmax_elems_per_thread(k, es, fwd, vec);
+}
+
 constexpr int64_t kSoftmaxIndexSlack = int64_t(1) << 20;
 constexpr int64_t kSoftmaxMaxClusters = int64_t(1) << 20;  // grid cap (grid-stride beyond)
 
@@ -106,6 +147,24 @@ constexpr int64_t kSoftmaxMaxClusters = int64_t(1) << 20;  // grid cap (grid-str
 inline std::atomic<bool>& softmax_force_index64() {
   static std::atomic<bool> force{false};
   return force;
+}
+
+// Test hooks (CudaSoftmaxRace): lower caps on threads per block, blocks per cluster
+// and clusters per grid than the device's, so that small shapes (a few thousand
+// elements, quick under compute-sanitizer racecheck) reach what otherwise needs
+// long rows or many columns: streaming rows and columns, clusters, wide spatial
+// tiles of several thread rows, and blocks that loop over several rows or tiles
+// (shared memory reused across iterations).
+// The same caps as the launcher's viability fallback applies; defaults: no effect.
+struct SoftmaxTestCaps {
+  std::atomic<int> max_threads{1024};
+  std::atomic<int> max_cluster{16};
+  std::atomic<int64_t> max_clusters{kSoftmaxMaxClusters};  // grid cap, in clusters
+  std::atomic<int> sm_count{1 << 20};  // fewer SMs: wider spatial tiles and fewer split rows
+};
+inline SoftmaxTestCaps& softmax_test_caps() {
+  static SoftmaxTestCaps caps;
+  return caps;
 }
 
 inline int64_t pow2_ceil(int64_t v) {
@@ -131,20 +190,22 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   const int es = std::max(1, dtype_size(p.dtype));
   const int64_t D = std::max<int64_t>(1, p.dim_size);
   const int64_t numel = p.outer * p.dim_size * p.inner;
-  const int64_t sms = std::max(1, p.sm_count);
+  const int64_t sms = std::max(1, std::min(p.sm_count, softmax_test_caps().sm_count.load()));
+  const SoftmaxTestCaps& caps = softmax_test_caps();
   int max_threads = 32;  // a power of two in [32, 1024]
-  while (max_threads * 2 <= std::min(1024, p.max_threads)) max_threads *= 2;
-  const int max_cluster = std::clamp(p.max_cluster, 1, 16);
+  while (max_threads * 2 <= std::min({1024, p.max_threads, caps.max_threads.load()})) max_threads *= 2;
+  const int max_cluster = std::clamp(std::min(p.max_cluster, caps.max_cluster.load()), 1, 16);
+  const int64_t max_clusters = std::clamp<int64_t>(caps.max_clusters.load(), 1, kSoftmaxMaxClusters);
   const bool fwd = p.direction == Direction::Fwd;
   const int v16 = aligned ? softmax_vec_elems(SoftmaxKernel::Warp, es) : 1;  // last dim: 16 bytes
   g.index_bits = (2 * numel + kSoftmaxIndexSlack < (int64_t(1) << 31)) && !softmax_force_index64() ? 32 : 64;
   if (p.inner == 1) {
     g.vec = (D % v16 == 0) ? v16 : 1;
-    g.ev = softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, g.vec);  // = the warp kernel's
-    const int64_t per = g.ev;  // elements per thread
-    if (D <= 32 * per) {
+    // The warp kernel takes rows up to 32 lanes x its full EV (= the block kernel's).
+    if (D <= 32 * int64_t(softmax_elems_per_thread(SoftmaxKernel::Warp, es, fwd, g.vec))) {
       g.kernel = SoftmaxKernel::Warp;
-      g.lanes = int(std::clamp<int64_t>(pow2_ceil(ceil_div(D, per)), 1, 32));
+      g.ev = softmax_pick_elems_per_thread(SoftmaxKernel::Warp, es, fwd, g.vec, D);
+      g.lanes = int(std::clamp<int64_t>(pow2_ceil(ceil_div(D, g.ev)), 1, 32));
       g.tx = std::min(256, max_threads);
       g.ty = 1;
       g.work = p.outer;
@@ -153,6 +214,8 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
       return g;
     }
     g.kernel = SoftmaxKernel::Block;
+    g.ev = softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, g.vec);
+    const int64_t per = g.ev;  // elements per thread
     g.work = p.outer;
     const int64_t need = ceil_div(D, per);  // threads that hold the whole row
     // Blocks of at most 512 threads: at 64 registers two share an SM, so one
@@ -186,7 +249,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
       g.cluster *= 2;
       g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
     }
-    g.grid = std::min(g.work, kSoftmaxMaxClusters) * g.cluster;
+    g.grid = std::min(g.work, max_clusters) * g.cluster;
     return g;
   }
   // spatial (at most 512 threads: its per-column statistics of V columns need
@@ -195,12 +258,14 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   max_threads = std::min(max_threads, 512);
   const int vs = aligned ? softmax_vec_elems(SoftmaxKernel::Spatial, es) : 1;
   g.vec = (p.inner % vs == 0) ? vs : 1;
-  g.ev = softmax_elems_per_thread(SoftmaxKernel::Spatial, es, fwd, g.vec);
-  const int64_t E = g.ev / g.vec;  // rows per thread
+  g.ev = softmax_pick_elems_per_thread(SoftmaxKernel::Spatial, es, fwd, g.vec, D);
+  const int64_t E = g.ev / g.vec;  // rows per thread: 4 when D <= 4, else the full E
   const int64_t ncols = p.outer * p.inner;
   const int seg = g.vec * es;                       // bytes per thread per row
-  const int txmin = std::max(1, 32 / seg);          // a warp row segment >= 32 B
-  const int txpref = std::max(txmin, 128 / seg);   // preferred: 128 B
+  // (both at most max_threads: the launcher's fallback caps go down to 32 threads,
+  // where a 16-bit scalar tile's preferred 64 divided max_threads / t down to 0)
+  const int txmin = std::min(max_threads, std::max(1, 32 / seg));      // a warp row segment >= 32 B
+  const int txpref = std::min(max_threads, std::max(txmin, 128 / seg));  // preferred: 128 B
   const int64_t ty_need = pow2_ceil(ceil_div(D, E));
   int tx = txpref;
   int64_t ty = ty_need;
@@ -243,7 +308,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   g.cluster = cluster;
   g.chunks = chunks;
   g.work = tiles();
-  g.grid = std::min(g.work, kSoftmaxMaxClusters) * g.cluster;
+  g.grid = std::min(g.work, max_clusters) * g.cluster;
   return g;
 }
 

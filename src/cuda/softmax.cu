@@ -98,16 +98,27 @@ const void* contiguous(const char* op, const char* name, const TensorView& t, st
   return dst;
 }
 
-sm::KernelFn pick(Direction dir, DType dt, bool log, bool i64, detail::SoftmaxKernel k, int vec) {
-  const bool f = dir == Direction::Fwd;
-  switch (dt) {
-    case DType::Float32: return f ? sm::pick_fwd_f32(log, i64, k, vec) : sm::pick_bwd_f32(log, i64, k, vec);
-    case DType::Float64: return f ? sm::pick_fwd_f64(log, i64, k, vec) : sm::pick_bwd_f64(log, i64, k, vec);
-    case DType::Float16: return f ? sm::pick_fwd_f16(log, i64, k, vec) : sm::pick_bwd_f16(log, i64, k, vec);
-    case DType::BFloat16: return f ? sm::pick_fwd_bf16(log, i64, k, vec) : sm::pick_bwd_bf16(log, i64, k, vec);
-    default: break;
+// The kernel instantiated for the geometry's (kind, vector width, EV); an error
+// naming the path, never another instantiation, when there is none (the plan tests
+// assert that every geometry's EV is instantiated: detail::softmax_ev_instantiated).
+sm::KernelFn pick(const char* op, const SoftmaxProblem& p, const detail::SoftmaxGeometry& g) {
+  const bool f = p.direction == Direction::Fwd, log = p.log, i64 = g.index_bits == 64;
+  const detail::SoftmaxKernel k = g.kernel;
+  const int vec = g.vec, ev = g.ev;
+  sm::KernelFn fn = nullptr;
+  switch (p.dtype) {
+    case DType::Float32: fn = f ? sm::pick_fwd_f32(log, i64, k, vec, ev) : sm::pick_bwd_f32(log, i64, k, vec, ev); break;
+    case DType::Float64: fn = f ? sm::pick_fwd_f64(log, i64, k, vec, ev) : sm::pick_bwd_f64(log, i64, k, vec, ev); break;
+    case DType::Float16: fn = f ? sm::pick_fwd_f16(log, i64, k, vec, ev) : sm::pick_bwd_f16(log, i64, k, vec, ev); break;
+    case DType::BFloat16:
+      fn = f ? sm::pick_fwd_bf16(log, i64, k, vec, ev) : sm::pick_bwd_bf16(log, i64, k, vec, ev);
+      break;
+    default: throw TypeError("softmax: unsupported dtype on CUDA");
   }
-  throw TypeError("softmax: unsupported dtype on CUDA");
+  if (!fn)
+    throw DeviceError(detail::cat(op, ": no kernel instantiated for ", detail::softmax_cuda_path(p, g), " with ", ev,
+                                  " elements per thread at vector width ", vec, " (", dtype_name(p.dtype), ")"));
+  return fn;
 }
 
 bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16) == 0; }
@@ -166,7 +177,7 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
     q.max_threads = mt;
     q.max_cluster = mc;
     const detail::SoftmaxGeometry g = detail::softmax_geometry(q, aligned);
-    sm::KernelFn fn = pick(p.direction, p.dtype, p.log, g.index_bits == 64, g.kernel, g.vec);
+    sm::KernelFn fn = pick(op, q, g);
     if (!viable(fn, g, as)) continue;
     sm::Args args;
     args.a = a;

@@ -1,9 +1,11 @@
 // CUDA kernels of the dense softmax family (shared/SEMANTICS.md, "softmax family").
 //
 // Versions (the work split is src/core/softmax_geometry.h; every kernel exists for
-// fwd/bwd x softmax/log_softmax x int32/int64 indices x 16-byte/scalar loads; EV,
-// the elements per thread per array, is detail::softmax_elems_per_thread of the
-// kernel kind, dtype, direction and vector width, shared with the geometry):
+// fwd/bwd x softmax/log_softmax x int32/int64 indices x 16-byte/scalar loads x EV,
+// the elements per thread per array: detail::softmax_elems_per_thread of the kernel
+// kind, dtype, direction and vector width, and (v5) the short-row EV
+// detail::softmax_short_elems_per_thread (warp 16, spatial E = 4), both shared with
+// the geometry, which picks one; pick_kernel below instantiates exactly these):
 //   warp_kernel     lastdim_warp:  inner == 1, D <= 32*EV. A group of `lanes`
 //                   lanes per row; the row in registers; xor shuffles.
 //   block_kernel    lastdim_block: inner == 1, longer rows. A block (or a cluster
@@ -393,10 +395,15 @@ __device__ __forceinline__ void bwd_body(Cx& cx) {
 
 // ---------------------------------------------------------------- contexts
 
-// Elements per thread per array: detail::softmax_elems_per_thread, the geometry's
-// (so plan and kernel agree).
+// Elements per thread per array, per kernel kind: the full EV
+// (detail::softmax_elems_per_thread) and the short-row EV
+// (detail::softmax_short_elems_per_thread), the geometry's two choices (so plan and
+// kernel agree). Every kernel takes its EV as a template argument; pick_kernel
+// instantiates exactly these two values.
 template <class T, detail::SoftmaxKernel K, bool Fwd, int V>
 constexpr int kEV = detail::softmax_elems_per_thread(K, int(sizeof(T)), Fwd, V);
+template <class T, detail::SoftmaxKernel K, bool Fwd, int V>
+constexpr int kShortEV = detail::softmax_short_elems_per_thread(K, int(sizeof(T)), Fwd, V);
 
 // lastdim_warp: lanes [0, L) of a group hold vectors lane, lane + L, ... of the row.
 template <class T_, class I, int V, int EV_>
@@ -442,7 +449,7 @@ struct WarpCx {
   }
 };
 
-template <class T, class I, bool Fwd, bool Log, int V>
+template <class T, class I, bool Fwd, bool Log, int V, int EV>
 __global__ void __launch_bounds__(256) warp_kernel(Args args) {
   using A = dacc_t<T>;
   const int lanes = args.lanes;
@@ -455,7 +462,7 @@ __global__ void __launch_bounds__(256) warp_kernel(Args args) {
     const I row = r0 + group;
     const bool active = row < rows;
     const int64_t base = active ? int64_t(row) * D : 0;  // row base: 64-bit
-    WarpCx<T, I, V, kEV<T, detail::SoftmaxKernel::Warp, Fwd, V>> cx{static_cast<const T*>(args.a) + base,
+    WarpCx<T, I, V, EV> cx{static_cast<const T*>(args.a) + base,
                        Fwd ? nullptr : static_cast<const T*>(args.b) + base,
                        static_cast<T*>(args.out) + base,
                        I(D),
@@ -537,7 +544,7 @@ struct BlockCx {
   }
 };
 
-template <class T, class I, bool Fwd, bool Log, int V>
+template <class T, class I, bool Fwd, bool Log, int V, int EV>
 __global__ void __launch_bounds__(1024) block_kernel(Args args) {
   using A = dacc_t<T>;
   const int C = args.cluster;
@@ -546,7 +553,7 @@ __global__ void __launch_bounds__(1024) block_kernel(Args args) {
   const int64_t D = args.D;
   for (I row = I(blockIdx.x / unsigned(C)); row < rows; row += I(gridDim.x / unsigned(C))) {
     const int64_t base = int64_t(row) * D;  // row base: 64-bit
-    BlockCx<T, I, V, kEV<T, detail::SoftmaxKernel::Block, Fwd, V>> cx{static_cast<const T*>(args.a) + base,
+    BlockCx<T, I, V, EV> cx{static_cast<const T*>(args.a) + base,
                         Fwd ? nullptr : static_cast<const T*>(args.b) + base,
                         static_cast<T*>(args.out) + base,
                         I(D),
@@ -657,7 +664,7 @@ struct SpatialCx {
   }
 };
 
-template <class T, class I, bool Fwd, bool Log, int V>
+template <class T, class I, bool Fwd, bool Log, int V, int EV>
 __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
   using A = dacc_t<T>;
   const int C = args.cluster;
@@ -676,7 +683,7 @@ __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
       const I o = col / inner;
       base = int64_t(o) * slab + int64_t(col - o * inner);
     }
-    SpatialCx<T, I, V, kEV<T, detail::SoftmaxKernel::Spatial, Fwd, V>> cx{static_cast<const T*>(args.a) + base,
+    SpatialCx<T, I, V, EV> cx{static_cast<const T*>(args.a) + base,
                           Fwd ? nullptr : static_cast<const T*>(args.b) + base,
                           static_cast<T*>(args.out) + base,
                           I(args.D),
@@ -694,26 +701,48 @@ __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
   }
 }
 
-// The kernel for (T, I, direction, log, geometry kind, vector width).
+// The kernel of kind K at vector width V and EV elements per thread.
+template <class T, class I, bool Fwd, bool Log, detail::SoftmaxKernel K, int V, int EV>
+KernelFn kernel_of() {
+  if constexpr (K == detail::SoftmaxKernel::Warp) return warp_kernel<T, I, Fwd, Log, V, EV>;
+  else if constexpr (K == detail::SoftmaxKernel::Block) return block_kernel<T, I, Fwd, Log, V, EV>;
+  else return spatial_kernel<T, I, Fwd, Log, V, EV>;
+}
+
+// Kind K at width V: the instantiation for `ev` (the full or the short EV; where
+// both are equal, one kernel), nullptr for any other value.
+template <class T, class I, bool Fwd, bool Log, detail::SoftmaxKernel K, int V>
+KernelFn pick_ev(int ev) {
+  constexpr int full = kEV<T, K, Fwd, V>, shrt = kShortEV<T, K, Fwd, V>;
+  if (ev == full) return kernel_of<T, I, Fwd, Log, K, V, full>();
+  if (ev == shrt) return kernel_of<T, I, Fwd, Log, K, V, shrt>();
+  return nullptr;
+}
+
+// The kernel for (T, I, direction, log, geometry kind, vector width, EV); nullptr
+// when that combination is not instantiated (the launcher reports an error).
 // Vector widths: detail::softmax_vec_elems (the geometry's, so plan and kernel agree).
 template <class T, class I, bool Fwd, bool Log>
-KernelFn pick_kernel(detail::SoftmaxKernel k, int vec) {
+KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev) {
   constexpr int V = detail::softmax_vec_elems(detail::SoftmaxKernel::Warp, int(sizeof(T)));
   constexpr int VS = detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, int(sizeof(T)));
-  const bool v = vec != 1;
+  using K = detail::SoftmaxKernel;
   switch (k) {
-    case detail::SoftmaxKernel::Warp:
-      return v ? warp_kernel<T, I, Fwd, Log, V> : warp_kernel<T, I, Fwd, Log, 1>;
-    case detail::SoftmaxKernel::Block:
-      return v ? block_kernel<T, I, Fwd, Log, V> : block_kernel<T, I, Fwd, Log, 1>;
+    case K::Warp:
+      if (vec == V) return pick_ev<T, I, Fwd, Log, K::Warp, V>(ev);
+      return vec == 1 ? pick_ev<T, I, Fwd, Log, K::Warp, 1>(ev) : nullptr;
+    case K::Block:
+      if (vec == V) return pick_ev<T, I, Fwd, Log, K::Block, V>(ev);
+      return vec == 1 ? pick_ev<T, I, Fwd, Log, K::Block, 1>(ev) : nullptr;
     default:
-      return v ? spatial_kernel<T, I, Fwd, Log, VS> : spatial_kernel<T, I, Fwd, Log, 1>;
+      if (vec == VS) return pick_ev<T, I, Fwd, Log, K::Spatial, VS>(ev);
+      return vec == 1 ? pick_ev<T, I, Fwd, Log, K::Spatial, 1>(ev) : nullptr;
   }
 }
 
 // Per (direction, dtype) translation units (softmax_{fwd,bwd}_<dtype>.cu).
 #define SEGRED_SOFTMAX_PICK_DECL(dir, tag) \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec);
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev);
 SEGRED_SOFTMAX_PICK_DECL(fwd, f32)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f64)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f16)
@@ -724,10 +753,11 @@ SEGRED_SOFTMAX_PICK_DECL(bwd, f16)
 SEGRED_SOFTMAX_PICK_DECL(bwd, bf16)
 #undef SEGRED_SOFTMAX_PICK_DECL
 
-#define SEGRED_SOFTMAX_PICK_DEF(dir, tag, T, FWD)                                                      \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec) {                 \
-    if (log) return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec) : pick_kernel<T, int32_t, FWD, true>(k, vec); \
-    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec) : pick_kernel<T, int32_t, FWD, false>(k, vec);       \
+#define SEGRED_SOFTMAX_PICK_DEF(dir, tag, T, FWD)                                                               \
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev) {                  \
+    if (log)                                                                                                   \
+      return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev) : pick_kernel<T, int32_t, FWD, true>(k, vec, ev); \
+    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec, ev) : pick_kernel<T, int32_t, FWD, false>(k, vec, ev); \
   }
 
 }  // namespace segred::cuda::sm

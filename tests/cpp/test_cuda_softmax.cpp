@@ -99,8 +99,10 @@ struct Geo {
 // so [1, 140000], [1, 300000] and [1, 600000] between them), streaming rows
 // ([1, 1100000]: past 16 x 1024 x 64 for the 16-bit forward); spatial tiles with D
 // in registers, a cluster over D, streaming D; vector and scalar widths; awkward
-// sizes. CudaSoftmaxShapes.ReachEveryGeometryVariant (no GPU needed) checks the
-// coverage per dtype and direction.
+// sizes; the short-row EVs (warp rows <= 512, spatial D <= 4) next to the full
+// ones. CudaSoftmaxShapes.ReachEveryGeometryVariant and
+// .ReachEveryInstantiatedElementsPerThread (no GPU needed) check the coverage per
+// dtype and direction.
 const std::vector<Geo>& shapes() {
   static const std::vector<Geo> s = {
       {{7, 1}, -1},        {{9, 2}, -1},         {{5, 31}, -1},       {{6, 33}, -1},      {{4, 59}, -1},
@@ -112,6 +114,12 @@ const std::vector<Geo>& shapes() {
       {{3, 5, 7}, 1},      {{2, 33, 64}, 1},     {{4, 97, 8}, 1},     {{2, 1025, 16}, 1}, {{1, 5000, 32}, 1},
       {{2, 40000, 4}, 1},  {{3, 2, 1031}, 1},    {{2, 3, 5, 7}, 0},   {{1, 4, 3000}, 1},  {{6, 1, 9}, 1},
       {{4096, 8}, 0},      {{33, 2, 5}, 2},
+      // v5 short-row EVs (softmax_short_elems_per_thread) and the full EV next to
+      // them: warp rows of 520, 1000 and 1024 (vector, full EV: past 32 x 16), and
+      // spatial columns of D = 1, 2, 3, 4 (E = 4) and 5 (full E), vector and scalar.
+      {{3, 520}, -1},      {{5, 1000}, -1},      {{4, 1024}, -1},     {{9, 256}, -1},
+      {{5, 1, 16}, 1},     {{4, 2, 24}, 1},      {{3, 3, 64}, 1},     {{2, 5, 40}, 1},     {{4, 3, 9}, 1},
+      {{2, 4, 11}, 1},
   };
   return s;
 }
@@ -133,8 +141,11 @@ std::vector<double> make_input(const reference::SoftmaxShape& s, std::mt19937& r
   return x;
 }
 
+// `expect`: when set, the launch's grid and block must be its (the race cases pin
+// the geometry they were chosen for).
 template <class T>
-void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937& rng) {
+void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937& rng,
+              const detail::SoftmaxGeometry* expect = nullptr) {
   const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<T>(), dir, log, Backend::CUDA);
   const reference::SoftmaxShape rs{p.outer, p.dim_size, p.inner};
   std::string what = shape_string(c.shape) + " dim " + std::to_string(c.dim) + (log ? " log" : "") +
@@ -182,9 +193,21 @@ void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937&
   // The CUDA launch (the CPU comparison ran in the same session): exactly one.
   std::vector<std::string> cuda_paths;
   for (const auto& r : trace.records())
-    if (r.backend == Backend::CUDA) cuda_paths.push_back(r.path);
+    if (r.backend == Backend::CUDA) {
+      cuda_paths.push_back(r.path);
+      if (expect) {
+        EXPECT_EQ(r.grid[0], expect->grid) << r.path;
+        EXPECT_EQ(r.block[0], expect->threads()) << r.path;
+      }
+    }
   ASSERT_EQ(cuda_paths.size(), 1u);
   const std::string path = cuda_paths[0];
+  if (expect)
+    EXPECT_NE(path.find(expect->kernel == detail::SoftmaxKernel::Block ? ".lastdim_block."
+                        : expect->kernel == detail::SoftmaxKernel::Spatial ? ".spatial."
+                                                                            : ".lastdim_warp."),
+              std::string::npos)
+        << path;
   reached().insert(path);
   EXPECT_EQ(path_info(path).index_bits, force64 ? 64 : 32) << path;
   const std::string planned(plan_softmax(p).path);
@@ -234,6 +257,177 @@ TEST(CudaSoftmaxSan, SharedMemoryClusterAndStreamingPaths) {
         for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<float>(c, log, dir, f64, rng);
 }
 
+// ---- racecheck: every shared-memory geometry at its smallest ------------------
+//
+// compute-sanitizer racecheck over CudaSoftmaxSan.* (rows up to 600000) did not
+// finish in 90 s. CudaSoftmaxRace.* reaches every geometry of the block and spatial
+// kernels that touches shared memory or a barrier, at 516 to 9252 elements a case,
+// float32 and float16, fwd and bwd, softmax and log_softmax (32-bit indices; the
+// shared-memory code does not depend on the index type). Test caps
+// (detail::softmax_test_caps: threads per block, blocks per cluster, clusters per
+// grid, SM count) bring clusters, streaming rows and columns, 1024-thread blocks,
+// wide spatial tiles and blocks that loop over several rows or tiles (shared memory
+// reused across iterations: the hazard a single iteration per block never shows)
+// down to those sizes; the launch's grid and block are asserted against the capped
+// geometry. Filter for racecheck: --gtest_filter='CudaSoftmaxRace.*'.
+// (The warp kernel and spatial tiles of one thread row use shuffles only.)
+struct RaceCase {
+  Geo geo;
+  int max_threads, max_cluster;
+  int64_t max_clusters;  // grid cap in clusters (1: every block loops over the work)
+  int sm_count;          // cap on the SM count the geometry fills
+};
+
+constexpr int64_t kNoCap = detail::kSoftmaxMaxClusters;
+
+// Found by a search over shapes and caps (smallest element count per class).
+const std::vector<RaceCase>& race_cases() {
+  static const std::vector<RaceCase> c = {
+      {{{1, 129, 4}, 1}, 64, 2, kNoCap, 132},   // spatial: streaming D, cluster 2
+      {{{1, 33, 17}, 1}, 1024, 16, 1, 1},       // spatial, scalar: thread-row partials, looping
+      {{{1, 129, 5}, 1}, 64, 16, kNoCap, 132},  // spatial, scalar: cluster
+      {{{3, 33, 12}, 1}, 1024, 16, 1, 1},       // spatial: tx < 32 (warp groups), looping
+      {{{3, 9, 48}, 1}, 1024, 16, 1, 1},        // spatial: tx >= 32, ty > 1, looping
+      {{{3, 129, 12}, 1}, 64, 16, 1, 132},      // spatial: cluster, one group per block, looping
+      {{{3, 257, 12}, 1}, 64, 16, 1, 1},        // spatial: cluster of blocks of several groups, looping
+      {{{2, 1032}, -1}, 1024, 16, 1, 132},      // block of 64 per row, looping
+      {{{2, 2056}, -1}, 64, 16, 1, 132},        // block clusters, looping
+      {{{2, 2056}, -1}, 64, 1, 1, 132},         // block streaming, looping
+      {{{1, 4104}, -1}, 64, 2, kNoCap, 132},    // block streaming in a cluster
+      {{{2, 4104}, -1}, 64, 16, 1, 132},        // 16-bit fwd (EV 64): clusters, looping
+      {{{2, 4104}, -1}, 64, 1, 1, 132},         // 16-bit fwd: streaming, looping
+      {{{1, 8200}, -1}, 64, 2, kNoCap, 132},    // 16-bit fwd: streaming in a cluster
+      {{{1, 8200}, -1}, 1024, 1, kNoCap, 132},  // float32 bwd: a block of 1024 threads
+  };
+  return c;
+}
+
+struct CapsScope {  // restores the defaults even when an ASSERT returns early
+  explicit CapsScope(const RaceCase& r) {
+    auto& c = detail::softmax_test_caps();
+    c.max_threads = r.max_threads;
+    c.max_cluster = r.max_cluster;
+    c.max_clusters = r.max_clusters;
+    c.sm_count = r.sm_count;
+  }
+  ~CapsScope() {
+    auto& c = detail::softmax_test_caps();
+    c.max_threads = 1024;
+    c.max_cluster = 16;
+    c.max_clusters = detail::kSoftmaxMaxClusters;
+    c.sm_count = 1 << 20;
+  }
+};
+
+// The shared-memory class of a geometry; "" for the shuffle-only ones.
+std::string race_class(const detail::SoftmaxGeometry& g) {
+  const std::string loop = g.work > g.grid / g.cluster ? ".loop" : "";
+  const std::string scalar = g.vec == 1 ? ".scalar" : "";
+  if (g.kernel == detail::SoftmaxKernel::Block) {
+    const char* k = g.tx == 1024 ? "block.1024"
+                    : g.chunks > 1 ? (g.cluster > 1 ? "block.stream.cluster" : "block.stream")
+                    : g.cluster > 1 ? "block.cluster"
+                                    : "block.one";
+    return k + scalar + loop;
+  }
+  if (g.kernel != detail::SoftmaxKernel::Spatial) return "";
+  const int groups = g.tx < 32 ? std::max(1, g.tx * g.ty / 32) : g.ty;  // SpatialCx::reduce's G
+  if (groups == 1 && g.cluster == 1) return "";
+  const char* k = g.chunks > 1     ? "spatial.stream"
+                  : g.cluster > 1  ? (groups > 1 ? "spatial.cluster" : "spatial.cluster.g1")
+                  : g.tx < 32      ? "spatial.narrow"
+                                   : "spatial.wide";
+  return k + scalar + loop;
+}
+
+struct RaceRun {
+  size_t idx;
+  DType dt;
+  Direction dir;
+  std::string cls;
+  detail::SoftmaxGeometry g;
+};
+
+// Each (dtype, direction, class) once, from the first case that reaches it.
+std::vector<RaceRun> race_runs(int sm_count) {
+  std::vector<RaceRun> runs;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < race_cases().size(); ++i) {
+    const RaceCase& r = race_cases()[i];
+    CapsScope caps(r);
+    for (DType dt : {DType::Float32, DType::Float16})
+      for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+        SoftmaxProblem p = make_softmax_problem(r.geo.shape, r.geo.dim, dt, dir, false, Backend::CUDA);
+        p.sm_count = sm_count;
+        const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+        const std::string cls = race_class(g);
+        const std::string key = std::string(dtype_name(dt)) + (dir == Direction::Fwd ? " fwd " : " bwd ") + cls;
+        if (cls.empty() || !seen.insert(key).second) continue;
+        runs.push_back({i, dt, dir, cls, g});
+      }
+  }
+  return runs;
+}
+
+// No GPU needed: the race cases reach every shared-memory class in float32 and
+// float16, forward and backward (block.1024 in float32 backward only).
+TEST(CudaSoftmaxRaceShapes, ReachEverySharedMemoryGeometry) {
+  const auto runs = race_runs(132);
+  std::set<std::string> got;
+  for (const RaceRun& r : runs)
+    got.insert(std::string(dtype_name(r.dt)) + (r.dir == Direction::Fwd ? " fwd " : " bwd ") + r.cls);
+  std::string all;
+  for (const auto& v : got) all += v + ", ";
+  for (DType dt : {DType::Float32, DType::Float16})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd})
+      for (const char* want : {"block.one.loop", "block.cluster.loop", "block.stream.loop", "block.stream.cluster",
+                               "spatial.stream", "spatial.narrow.loop", "spatial.narrow.scalar.loop",
+                               "spatial.wide.loop", "spatial.cluster.loop", "spatial.cluster.g1.loop"}) {
+        const std::string key = std::string(dtype_name(dt)) + (dir == Direction::Fwd ? " fwd " : " bwd ") + want;
+        EXPECT_TRUE(got.count(key)) << key << " not reached; reached: " << all;
+      }
+  EXPECT_TRUE(got.count("float32 bwd block.1024")) << all;
+  bool scalar_cluster = false;
+  for (const auto& v : got) scalar_cluster |= v.find("spatial.cluster") != std::string::npos && v.find(".scalar") != std::string::npos;
+  EXPECT_TRUE(scalar_cluster) << all;
+  // Small: at most 9252 elements a case, about 100 launches in all.
+  for (const RaceCase& r : race_cases()) EXPECT_LE(numel(r.geo.shape), 9252) << shape_string(r.geo.shape);
+  EXPECT_LE(runs.size() * 2, 110u);
+}
+
+int device_sm_count() {
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) n = 132;
+  return n;
+}
+
+template <class T> void race(const char* what) {
+  std::mt19937 rng(2024);
+  int n = 0;
+  for (const RaceRun& r : race_runs(device_sm_count())) {
+    if (r.dt != dtype_of<T>()) continue;
+    const RaceCase& c = race_cases()[r.idx];
+    SCOPED_TRACE(std::string(what) + " " + r.cls + " caps " + std::to_string(c.max_threads) + "/" +
+                 std::to_string(c.max_cluster) + "/" + std::to_string(c.max_clusters) + "/" + std::to_string(c.sm_count));
+    CapsScope caps(c);
+    for (bool log : {false, true}) {
+      run_case<T>(c.geo, log, r.dir, false, rng, &r.g);
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 40);
+}
+
+TEST(CudaSoftmaxRace, Float32SharedMemoryGeometries) {
+  SKIP_WITHOUT_GPU();
+  race<float>("float32");
+}
+
+TEST(CudaSoftmaxRace, Float16SharedMemoryGeometries) {
+  SKIP_WITHOUT_GPU();
+  race<half_t>("float16");
+}
+
 // No GPU needed: the geometry variants shapes() reaches, per dtype and direction.
 // Each kernel holds raw (packed, for 16-bit vectors) registers whose count depends
 // on dtype, direction and vector width (softmax_elems_per_thread), so each
@@ -268,6 +462,37 @@ TEST(CudaSoftmaxShapes, ReachEveryGeometryVariant) {
                                "spatial.cluster.scalar", "spatial.stream.vec"})
         EXPECT_TRUE(got.count(want)) << dtype_name(dt) << (dir == Direction::Fwd ? " fwd" : " bwd") << ": " << want
                                      << " not reached; reached: " << all;
+    }
+}
+
+// No GPU needed: every kernel instantiation, (kind, vector width, EV) per dtype and
+// direction, is some shape's geometry, so the typed tests above run each one
+// against the reference (v5 added the short-row EVs: the warp kernel's 16 and the
+// spatial E = 4; softmax_short_elems_per_thread).
+TEST(CudaSoftmaxShapes, ReachEveryInstantiatedElementsPerThread) {
+  using detail::SoftmaxKernel;
+  const char* kinds[3] = {"warp", "block", "spatial"};
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      const int es = dtype_size(dt);
+      const bool fwd = dir == Direction::Fwd;
+      auto name = [&](SoftmaxKernel k, int vec, int ev) {
+        return std::string(kinds[int(k)]) + " vec " + std::to_string(vec) + " ev " + std::to_string(ev);
+      };
+      std::set<std::string> got, want;
+      for (const Geo& c : shapes()) {
+        const auto g = detail::softmax_geometry(make_softmax_problem(c.shape, c.dim, dt, dir, false, Backend::CUDA));
+        got.insert(name(g.kernel, g.vec, g.ev));
+      }
+      for (SoftmaxKernel k : {SoftmaxKernel::Warp, SoftmaxKernel::Block, SoftmaxKernel::Spatial})
+        for (int vec : {detail::softmax_vec_elems(k, es), 1})
+          for (int ev : {detail::softmax_elems_per_thread(k, es, fwd, vec),
+                         detail::softmax_short_elems_per_thread(k, es, fwd, vec)})
+            want.insert(name(k, vec, ev));
+      for (const auto& w : want)
+        EXPECT_TRUE(got.count(w)) << dtype_name(dt) << (fwd ? " fwd" : " bwd") << ": " << w << " not reached";
+      for (const auto& w : got)
+        EXPECT_TRUE(want.count(w)) << dtype_name(dt) << (fwd ? " fwd" : " bwd") << ": " << w << " is not instantiated";
     }
 }
 

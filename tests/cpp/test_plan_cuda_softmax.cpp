@@ -74,6 +74,13 @@ void expect_consistent(const SoftmaxProblem& p) {
     EXPECT_GE(g.work * g.tx * g.vec, p.outer * p.inner) << plan;
     EXPECT_EQ(g.grid % g.cluster, 0) << plan;
   }
+  // The kernels exist for this (kind, vector width, EV): the launcher picks an
+  // instantiation by these three and fails on any other.
+  const int es = dtype_size(p.dtype);
+  const bool fwd = p.direction == Direction::Fwd;
+  EXPECT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es)) << plan << " vec " << g.vec;
+  EXPECT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev)) << plan << " ev " << g.ev;
+  EXPECT_EQ(g.ev, detail::softmax_pick_elems_per_thread(g.kernel, es, fwd, g.vec, D)) << plan;
   EXPECT_LE(g.threads(), 1024);
   EXPECT_GE(g.threads(), 32);
   EXPECT_LE(g.cluster, 16);
@@ -208,14 +215,46 @@ TEST(CudaSoftmaxPlan, ElementsPerThread) {
   EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 2, false, 4), 32);
   EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 2, true, 1), 16);
   EXPECT_EQ(softmax_elems_per_thread(SoftmaxKernel::Spatial, 8, true, 2), 8);
-  // The geometry reports the EV it planned with.
+  // v5, short rows: the warp kernel 16 (v3's EV) where the full EV is larger, the
+  // spatial kernel E = 4 rows (EV = 4 x vec).
+  using detail::softmax_short_elems_per_thread;
+  {
+    const SoftmaxKernel k = SoftmaxKernel::Warp;
+    EXPECT_EQ(softmax_short_elems_per_thread(k, 4, true, 4), 16);
+    EXPECT_EQ(softmax_short_elems_per_thread(k, 4, false, 4), 16);
+    EXPECT_EQ(softmax_short_elems_per_thread(k, 2, true, 8), 16);
+    EXPECT_EQ(softmax_short_elems_per_thread(k, 2, false, 8), 16);
+    EXPECT_EQ(softmax_short_elems_per_thread(k, 8, true, 2), 8);
+    EXPECT_EQ(softmax_short_elems_per_thread(k, 2, true, 1), 16);
+  }
+  for (int es : {2, 4, 8})
+    for (bool fwd : {true, false})
+      EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Block, es, fwd, 16 / es),
+                softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, 16 / es));
+  EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 4, true, 4), 16);   // E = 4 = full
+  EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 2, true, 4), 16);   // E 4 (full 8)
+  EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 2, false, 4), 16);
+  EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 2, true, 1), 4);    // E 4 (full 16)
+  EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 4, false, 1), 4);
+  EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 8, true, 2), 8);    // E 4 = full
+  EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 8, true, 1), 4);    // E 4 (full 8)
+  // The geometry reports the EV it planned with, always an instantiated one.
   for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
     for (Direction dir : {Direction::Fwd, Direction::Bwd})
-      for (const auto& [s, d] : std::vector<std::pair<Shape, int64_t>>{
-               {{300, 100}, -1}, {{16, 4096}, -1}, {{3, 4097}, -1}, {{4, 6, 8}, 1}, {{4, 6, 5}, 1}}) {
+      for (const auto& [s, d] : std::vector<std::pair<Shape, int64_t>>{{{300, 100}, -1},
+                                                                        {{16, 4096}, -1},
+                                                                        {{3, 4097}, -1},
+                                                                        {{3, 1000}, -1},
+                                                                        {{4, 6, 8}, 1},
+                                                                        {{4, 6, 5}, 1},
+                                                                        {{4, 3, 8}, 1}}) {
         const SoftmaxProblem p = cuda_problem(s, d, dir, false, dt);
         const auto g = detail::softmax_geometry(p);
-        EXPECT_EQ(g.ev, softmax_elems_per_thread(g.kernel, dtype_size(dt), dir == Direction::Fwd, g.vec))
+        const int es = dtype_size(dt);
+        const bool fwd = dir == Direction::Fwd;
+        EXPECT_EQ(g.ev, detail::softmax_pick_elems_per_thread(g.kernel, es, fwd, g.vec, p.dim_size))
+            << shape_string(s) << " " << dtype_name(dt);
+        EXPECT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev))
             << shape_string(s) << " " << dtype_name(dt);
       }
 }
@@ -322,6 +361,7 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   EXPECT_EQ(g.ty, 64);
   g = geo({8, 4, int64_t(1) << 24}, 1, DType::BFloat16);
   EXPECT_EQ(g.vec, 4);
+  EXPECT_EQ(g.ev, 16);  // v5: E = 4 = D (v4: 8, half of each thread's rows empty)
   EXPECT_EQ(g.ty, 1);
   g = geo({8192, 8192}, 0, DType::Float32);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
@@ -331,16 +371,16 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
   EXPECT_EQ(g.ty, 1);
   EXPECT_GE(g.grid, 264);
-  // [262144, 128]: a lane group per row, 128 / EV lanes.
-  g = geo({262144, 128}, -1, DType::Float16);
-  EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Warp);
-  EXPECT_EQ(g.lanes, 2);
-  g = geo({262144, 128}, -1, DType::Float16, kBwd);
-  EXPECT_EQ(g.lanes, 4);
-  g = geo({262144, 128}, -1, DType::Float32);
-  EXPECT_EQ(g.lanes, 4);
-  g = geo({262144, 128}, -1, DType::Float32, kBwd);
-  EXPECT_EQ(g.lanes, 8);
+  // [262144, 128]: a lane group per row, 128 / EV lanes; v5: EV 16 (v3's) in
+  // every 2- and 4-byte dtype and direction, so 8 lanes (v4: 2 to 4).
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+    for (Direction dir : {Direction::Fwd, kBwd}) {
+      g = geo({262144, 128}, -1, dt, dir);
+      EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Warp);
+      EXPECT_EQ(g.ev, 16);
+      EXPECT_EQ(g.lanes, 8);
+      EXPECT_EQ(g.vec, 16 / dtype_size(dt));
+    }
   // The warp path's reach: D <= 32 * EV.
   EXPECT_EQ(geo({100, 2048}, -1, DType::Float16).kernel, detail::SoftmaxKernel::Warp);
   EXPECT_EQ(geo({100, 2056}, -1, DType::Float16).kernel, detail::SoftmaxKernel::Block);
@@ -350,6 +390,112 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   // Few blocks' worth of rows: a long row is spread over a cluster.
   g = geo({8, 32768}, -1, DType::Float32);
   EXPECT_GE(g.grid, 64);
+}
+
+// v5: short rows take the short EV. Last dim: rows of 32 .. 1024 in each dtype and
+// direction (warp kernel at EV 16 up to 512, at the full EV past it, or the block
+// kernel where 32 x full < D); spatial: D = 1 .. 5 with vector and scalar loads
+// (E = 4 up to D = 4, the full E past it); [8, 4, 2^24] as v3 had it.
+TEST(CudaSoftmaxPlan, ShortRowElementsPerThread) {
+  using detail::SoftmaxKernel;
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      const int es = dtype_size(dt);
+      const bool fwd = dir == Direction::Fwd;
+      const int v16 = 16 / es;
+      const int full = detail::softmax_elems_per_thread(SoftmaxKernel::Warp, es, fwd, v16);
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (fwd ? " fwd" : " bwd") + " full EV " + std::to_string(full));
+      for (int64_t D : {32, 64, 128, 256, 512, 1024}) {
+        const SoftmaxProblem p = cuda_problem({1000, D}, -1, dir, false, dt);
+        const auto g = detail::softmax_geometry(p);
+        expect_consistent(p);
+        EXPECT_EQ(g.vec, v16) << D;
+        if (D > 32 * full) {
+          EXPECT_EQ(g.kernel, SoftmaxKernel::Block) << D;
+          EXPECT_EQ(g.ev, full) << D;
+          continue;
+        }
+        EXPECT_EQ(g.kernel, SoftmaxKernel::Warp) << D;
+        const int want_ev = D <= 512 ? std::min(16, full) : full;
+        EXPECT_EQ(g.ev, want_ev) << D;
+        EXPECT_EQ(g.lanes, std::min<int64_t>(32, D / want_ev)) << D;
+      }
+      // [262144, 128]: 8 lanes of 16 (v3's geometry), float64 16 lanes of 8.
+      auto g = detail::softmax_geometry(cuda_problem({262144, 128}, -1, dir, false, dt));
+      EXPECT_EQ(g.kernel, SoftmaxKernel::Warp);
+      EXPECT_EQ(g.lanes, es == 8 ? 16 : 8);
+      EXPECT_EQ(g.tx, 256);
+      // Spatial D = 1 .. 5: inner 8 (vector loads) and 9 (scalar).
+      const int vs = detail::softmax_vec_elems(SoftmaxKernel::Spatial, es);
+      for (int64_t inner : {8, 9})
+        for (int64_t D = 1; D <= 5; ++D) {
+          const SoftmaxProblem p = cuda_problem({6, D, inner}, 1, dir, false, dt);
+          g = detail::softmax_geometry(p);
+          expect_consistent(p);
+          const int vec = inner == 8 ? vs : 1;
+          EXPECT_EQ(g.kernel, SoftmaxKernel::Spatial);
+          EXPECT_EQ(g.vec, vec) << D << " " << inner;
+          const int E_full = detail::softmax_elems_per_thread(SoftmaxKernel::Spatial, es, fwd, vec) / vec;
+          const int E = g.ev / vec;
+          EXPECT_EQ(E, D <= 4 ? std::min(4, E_full) : E_full) << "D " << D << " inner " << inner;
+          EXPECT_EQ(g.ty, detail::pow2_ceil(detail::ceil_div(D, E))) << "D " << D << " inner " << inner;
+          EXPECT_EQ(g.cluster, 1);
+          EXPECT_EQ(g.chunks, 1);
+        }
+      // [8, 4, 2^24] over dim 1: E = 4 = D, one thread row, 256 threads of vectors.
+      g = detail::softmax_geometry(cuda_problem({8, 4, int64_t(1) << 24}, 1, dir, false, dt));
+      EXPECT_EQ(g.kernel, SoftmaxKernel::Spatial);
+      EXPECT_EQ(g.vec, vs);
+      EXPECT_EQ(g.ev / g.vec, 4);
+      EXPECT_EQ(g.ty, 1);
+      EXPECT_EQ(g.tx, 256);
+      EXPECT_EQ(g.grid, (int64_t(8) << 24) / (256 * vs));
+    }
+}
+
+// Every geometry the plan can produce has an instantiated kernel: sweeps of row
+// lengths (last dim) and column lengths (spatial) in every dtype and direction,
+// aligned (vector loads) and not (scalar), at the device caps and the launcher's
+// smaller fallback caps.
+TEST(CudaSoftmaxPlan, EveryGeometryHasAnInstantiatedKernel) {
+  using detail::SoftmaxKernel;
+  int n = 0;
+  auto check = [&](const SoftmaxProblem& p, bool aligned) {
+    const auto g = detail::softmax_geometry(p, aligned);
+    const int es = dtype_size(p.dtype);
+    const bool fwd = p.direction == Direction::Fwd;
+    const std::string what = std::to_string(p.outer) + " x " + std::to_string(p.dim_size) + " x " +
+                             std::to_string(p.inner) + " " + std::string(dtype_name(p.dtype)) + (fwd ? " fwd" : " bwd") +
+                             (aligned ? "" : " unaligned") + " caps " + std::to_string(p.max_threads) + "/" +
+                             std::to_string(p.max_cluster);
+    ++n;
+    ASSERT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es)) << what;
+    if (!aligned) ASSERT_EQ(g.vec, 1) << what;
+    ASSERT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev)) << what << " ev " << g.ev;
+    ASSERT_EQ(g.ev % g.vec, 0) << what;
+    const int64_t D = p.dim_size;
+    if (g.kernel == SoftmaxKernel::Warp) ASSERT_GE(int64_t(g.lanes) * g.ev, D) << what;
+    else if (g.kernel == SoftmaxKernel::Block) ASSERT_GE(g.chunks * g.cluster * g.threads() * int64_t(g.ev), D) << what;
+    else ASSERT_GE(g.chunks * g.cluster * int64_t(g.ty) * (g.ev / g.vec), D) << what;
+  };
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd})
+      for (bool aligned : {true, false}) {
+        for (int64_t D = 1; D <= 2200; ++D) check(cuda_problem({3, D}, -1, dir, false, dt), aligned);
+        for (int64_t D = 1; D <= 80; ++D)
+          for (int64_t inner : {2, 3, 4, 5, 8, 9, 16, 33}) check(cuda_problem({2, D, inner}, 1, dir, false, dt), aligned);
+        for (int mt : {512, 128, 32})
+          for (int mc : {8, 1})
+            for (const auto& [s, d] : std::vector<std::pair<Shape, int64_t>>{
+                     {{3, 100}, -1}, {{3, 700}, -1}, {{3, 5000}, -1}, {{2, 300000}, -1}, {{4, 3, 64}, 1},
+                     {{4, 6, 64}, 1}, {{2, 3000, 16}, 1}, {{2, 3000, 9}, 1}}) {
+              SoftmaxProblem q = cuda_problem(s, d, dir, false, dt);
+              q.max_threads = mt;
+              q.max_cluster = mc;
+              check(q, aligned);
+            }
+      }
+  EXPECT_GT(n, 40000);
 }
 
 TEST(CudaSoftmaxPlan, ForcedIndex64HookAndCapsShrink) {
