@@ -361,32 +361,40 @@ SEGRED_HD void write_row(T* s, int idx, const A (&v)[V]) {
   }
 }
 
+// One row of the row-output kinds rewritten in place (array 0) from its
+// segment's epilogue constants pr (P::prep of the final statistics): softmax /
+// log_softmax forward from x, backward from (g, y); zeros for a ghost row.
+template <SsKind K, class T, class A, class Cv, int V, class Idx>
+SEGRED_HD void output_row(const Params<Idx>& p, const Tile<Idx>& t, const Smem& sm, int fl, int r, bool real,
+                          const typename Pol<K, A>::Prep (&pr)[V]) {
+  using P = Pol<K, A>;
+  T* s0 = sm.array<T>(0);
+  const T* s1 = sm.array<T>(P::kArrays - 1);
+  const int idx = t.pad + r * p.width + fl * V;
+  A o[V];
+  if (real) {
+    A v0[V], v1[V];
+    read_row<T, A, Cv, V>(s0, idx, v0);
+    if constexpr (P::kArrays == 2) read_row<T, A, Cv, V>(s1, idx, v1);
+    else
+      for (int i = 0; i < V; ++i) v1[i] = A(0);
+    for (int i = 0; i < V; ++i) o[i] = P::apply(v0[i], v1[i], pr[i]);
+  } else {
+    for (int i = 0; i < V; ++i) o[i] = A(0);
+  }
+  write_row<T, A, Cv, V>(s0, idx, o);
+}
+
 // Rows [r0, r1) of one segment for this lane's V features, rewritten in place
 // (array 0) from its final statistics, or zeros for a ghost.
 template <SsKind K, class T, class A, class Cv, int V, class Idx>
 SEGRED_HD void write_segment_rows(const Params<Idx>& p, const Tile<Idx>& t, const Smem& sm, int fl, int r0, int r1,
                                   bool real, const typename Pol<K, A>::Stat (&st)[V]) {
   using P = Pol<K, A>;
-  T* s0 = sm.array<T>(0);
-  const T* s1 = sm.array<T>(P::kArrays - 1);
   typename P::Prep pr[V];
   if (real)
     for (int i = 0; i < V; ++i) pr[i] = P::prep(st[i]);
-  for (int r = r0; r < r1; ++r) {
-    const int idx = t.pad + r * p.width + fl * V;
-    A o[V];
-    if (real) {
-      A v0[V], v1[V];
-      read_row<T, A, Cv, V>(s0, idx, v0);
-      if constexpr (P::kArrays == 2) read_row<T, A, Cv, V>(s1, idx, v1);
-      else
-        for (int i = 0; i < V; ++i) v1[i] = A(0);
-      for (int i = 0; i < V; ++i) o[i] = P::apply(v0[i], v1[i], pr[i]);
-    } else {
-      for (int i = 0; i < V; ++i) o[i] = A(0);
-    }
-    write_row<T, A, Cv, V>(s0, idx, o);
-  }
+  for (int r = r0; r < r1; ++r) output_row<K, T, A, Cv, V>(p, t, sm, fl, r, real, pr);
 }
 
 // logsumexp of merge segment v for this lane's V features (nothing for a ghost).
@@ -658,8 +666,6 @@ SEGRED_HD void write_edges(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Para
   using Stat = typename P::Stat;
   if (!ln.active) return;
   const int fl = tid % p.lanes;
-  T* s0 = sm.array<T>(0);
-  const T* s1 = sm.array<T>(P::kArrays - 1);
   auto deferred = [&](int k) { return k == t.ns || (k == 0 && t.cross_in); };
   typename P::Prep pr[V];
   bool write = false, real = false;
@@ -702,19 +708,7 @@ SEGRED_HD void write_edges(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Para
       }
     }
     if (!write) continue;
-    const int idx = t.pad + r * p.width + fl * V;
-    A o[V];
-    if (real) {
-      A v0[V], v1[V];
-      read_row<T, A, Cv, V>(s0, idx, v0);
-      if constexpr (P::kArrays == 2) read_row<T, A, Cv, V>(s1, idx, v1);
-      else
-        for (int i = 0; i < V; ++i) v1[i] = A(0);
-      for (int i = 0; i < V; ++i) o[i] = P::apply(v0[i], v1[i], pr[i]);
-    } else {
-      for (int i = 0; i < V; ++i) o[i] = A(0);
-    }
-    write_row<T, A, Cv, V>(s0, idx, o);
+    output_row<K, T, A, Cv, V>(p, t, sm, fl, r, real, pr);
   }
 }
 
