@@ -237,7 +237,6 @@ TYPED_TEST(CudaSegmentSoftmax, EveryKindHeadsAndLayoutsForcedI64) {
 }
 
 
-// Awkward sizes, segments of one, empty segments, degenerate layouts (float32).
 // The tile kernel's lock-step walk and row pass (session 4): several short
 // segments per chunk (more than a lane keeps in registers: some written by the
 // walk itself), one-row and empty segments, a 300-row segment across chunk and
@@ -255,6 +254,7 @@ TYPED_TEST(CudaSegmentSoftmax, ShortSegmentsDenseSpecials) {
     }
 }
 
+// Awkward sizes, segments of one, empty segments, degenerate layouts (float32).
 TEST(CudaSegmentSoftmaxLayouts, AwkwardAndDegenerate) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
