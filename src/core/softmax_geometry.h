@@ -21,6 +21,13 @@
 //                  [D x tile] block of the input stays in registers when it fits
 //                  (resident), else `chunks` online passes plus a re-read. Loads
 //                  run along inner, so a warp reads whole 32-byte sectors.
+//   spatial, staged (session 5, SoftmaxGeometry::staged; same path name): the
+//                  block's slice of the column tile in shared memory (cp.async),
+//                  128-byte rows where they fit, the column split over a cluster
+//                  of up to 16 blocks of 256 threads, <= 64 KB of staged data per
+//                  block (3 blocks per SM). Forward: D >= 256; backward: D >= 64
+//                  at 128-byte rows only. 2- and 4-byte types, vector loads
+//                  (softmax_staged_geometry below; bench/notes-s5-spatial.md).
 // EV = elements per thread per array kept in registers, raw (softmax_elems_per_thread
 // below): last dim 128 bytes in flight per thread (fwd: fp32 32, 16-bit 64; bwd:
 // two arrays of fp32 16, 16-bit 32), spatial 64 bytes per array (fp32 16, 16-bit
@@ -38,10 +45,16 @@
 //     (16*512*32 = 262144, two blocks per SM); fp16 fwd 512 x 8; fp32 bwd
 //     tx=1024, cluster=16 (16*1024*16; 512-thread blocks would need 32). The row
 //     stays on chip in every case.
-//   [64, 256, 56, 56] fp16 dim 1: spatial, V=4 (8 bytes), E=8 rows/thread,
-//     ty=32, tx=16: a [256 x 64] tile per 512-thread block, 3136 blocks.
-//   [8192, 8192] fp32 dim 0: spatial, V=4, E=4, tx=2 (8 columns), ty=256,
-//     cluster=8 (8*256*4 = 8192 rows): 1024 tiles x 8 blocks, resident.
+//   [64, 256, 56, 56] fp16 dim 1: spatial staged (fwd and bwd), V=4 (8 bytes),
+//     tx=16 (64 columns, 128-byte rows), ty=16, krows=16: the [256 x 64] tile of
+//     a 256-thread block in 32 KB (fwd) / 64 KB (bwd, g and y), 3136 blocks.
+//     Register path (staging off): E=8 rows/thread, ty=32, tx=16, 512 threads.
+//   [8192, 8192] fp32 dim 0: fwd staged, tx=8 (32 columns, 128-byte rows),
+//     ty=32, cluster=16 (16 ranks x 512 rows x 128 B = 64 KB each): 256 tiles x
+//     16 blocks. bwd (128-byte rows of g and y do not fit 16 ranks): register
+//     path, V=4, E=4, tx=2 (8 columns), ty=256, cluster=8, resident.
+//   [32, 1000, 4096] fp32 dim 1: staged, tx=8, ty=32, fwd cluster 2 (krows 16),
+//     bwd cluster 4 (krows 8).
 //   [262144, 128] dim -1: lastdim_warp, EV=16 (short rows) in every 2- and 4-byte
 //     dtype and direction: 8 lanes per row, 32 rows per 256-thread block.
 //   [8, 4, 2^24] dim 1: spatial, E=4 (D <= 4: fp32 V=4 EV=16, 16-bit V=4 EV=16),
@@ -76,7 +89,17 @@ struct SoftmaxGeometry {
   int64_t chunks = 1;  // passes over a row: 1 = resident (read once)
   int64_t work = 0;    // rows (warp, block) or column tiles (spatial)
   int64_t grid = 0;    // blocks
+  // Spatial, staged (session 5): the block's slice of the column tile lives in
+  // shared memory (cp.async), not in registers; each thread holds `krows` rows of
+  // one V-vector, rows tyi + ty*k of its cluster rank's krows*ty. `ev` keeps the
+  // register kernel's value (unused by the staged kernel).
+  bool staged = false;
+  int krows = 0;
+  int64_t stage_bytes = 0;  // staged data per block (1 array fwd, 2 bwd)
   int threads() const { return tx * ty; }
+  // Offset of the staged data in dynamic shared memory: after the reduction
+  // scratch, 16-byte aligned.
+  int64_t stage_offset(int as) const;
   // Dynamic shared memory in bytes for accumulation type size `as`.
   int64_t smem_bytes(int as) const;
 };
@@ -139,6 +162,8 @@ constexpr int softmax_pick_elems_per_thread(SoftmaxKernel k, int es, bool fwd, i
 }
 
 constexpr int64_t kSoftmaxIndexSlack = int64_t(1) << 20;
+constexpr int64_t kSoftmaxStageFwdMinD = 256;  // staged spatial: columns of at least this many rows (fwd)
+constexpr int64_t kSoftmaxStageBwdMinD = 64;   // (bwd)
 constexpr int64_t kSoftmaxMaxClusters = int64_t(1) << 20;  // grid cap (grid-stride beyond)
 
 // Test hook: plan every CUDA softmax call with 64-bit indices, so the i64 kernels
@@ -161,6 +186,14 @@ struct SoftmaxTestCaps {
   std::atomic<int> max_cluster{16};
   std::atomic<int64_t> max_clusters{kSoftmaxMaxClusters};  // grid cap, in clusters
   std::atomic<int> sm_count{1 << 20};  // fewer SMs: wider spatial tiles and fewer split rows
+  // Staged spatial kernel: staged bytes per block (default kSoftmaxStageBytes) and
+  // the longest column that stays on the register path (default: every column the
+  // register path holds in one block at 128-byte rows). Small values bring the
+  // staged geometries (clusters, narrow rows, looping) down to small shapes.
+  std::atomic<int64_t> stage_bytes{int64_t(64) << 10};
+  std::atomic<int> stage_min_d{0};  // > 0: stage every column with D >= this (both directions)
+  std::atomic<int> stage_min_row_fwd{32};   // narrowest staged row segment, bytes (fwd)
+  std::atomic<int> stage_min_row_bwd{128};  // (bwd)
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
@@ -174,13 +207,68 @@ inline int64_t pow2_ceil(int64_t v) {
 }
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
-  if (kernel == SoftmaxKernel::Warp) return 0;
-  if (kernel == SoftmaxKernel::Block) return int64_t(as) * 2 * (32 + 2);
+inline int64_t SoftmaxGeometry::stage_offset(int as) const {
+  if (kernel != SoftmaxKernel::Spatial) return 0;
   const int64_t cols = int64_t(tx) * vec;
   const int64_t groups = tx < 32 ? std::max<int64_t>(1, int64_t(tx) * ty / 32) : ty;
   if (groups == 1 && cluster == 1) return 0;  // shuffles only
-  return int64_t(as) * 2 * (groups * cols + cols + (cluster > 1 ? cols : 0));
+  return (int64_t(as) * 2 * (groups * cols + cols + (cluster > 1 ? cols : 0)) + 15) / 16 * 16;
+}
+
+inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
+  if (kernel == SoftmaxKernel::Warp) return 0;
+  if (kernel == SoftmaxKernel::Block) return int64_t(as) * 2 * (32 + 2);
+  return stage_offset(as) + (staged ? stage_bytes : 0);
+}
+
+// Staged spatial geometry (session 5) for a column of D elements of es bytes at
+// vector width vec, or staged == false when none fits. Row segments of 128 bytes
+// (a warp's load covers whole 128-byte lines; the register path narrows long
+// columns to 32-byte segments, one L2 request per sector: bench/notes-s5-spatial.md),
+// else 64, else 32; 256 threads (tx = columns / vec, ty = 256 / tx); the column
+// split over the fewest cluster ranks (up to max_cluster, 16 included: [8192,
+// 8192] fp32 fwd at 128-byte rows x 16 ranks 66% of copy, at 64-byte rows x 8
+// 61%) whose slice fits `budget` bytes per block (fwd: x; bwd: g and y). Of those
+// (one per row width, >= min_row), the widest that also gives 2 x sms blocks is
+// taken, else the widest.
+inline SoftmaxGeometry softmax_staged_geometry(int64_t D, int64_t ncols, int es, int vec, bool fwd, int max_threads,
+                                               int max_cluster, int64_t sms, int64_t budget, int64_t max_clusters,
+                                               int min_row = 32) {
+  SoftmaxGeometry best;
+  const int na = fwd ? 1 : 2;
+  const int threads = std::min(256, max_threads);
+  bool have = false;
+  for (int w : {128, 64, 32}) {
+    if (w < vec * es || w < min_row) continue;
+    const int cols = w / es;
+    const int tx = cols / vec;
+    if (tx > threads || tx > 32) continue;
+    const int ty = threads / tx;
+    for (int c = 1; c <= max_cluster; c *= 2) {
+      const int64_t k = ceil_div(ceil_div(D, c), ty);
+      const int64_t bytes = int64_t(na) * k * ty * w;
+      if (bytes > budget) continue;
+      SoftmaxGeometry g;
+      g.kernel = SoftmaxKernel::Spatial;
+      g.staged = true;
+      g.vec = vec;
+      g.tx = tx;
+      g.ty = ty;
+      g.cluster = c;
+      g.krows = int(k);
+      g.stage_bytes = bytes;
+      g.chunks = 1;
+      g.work = ceil_div(ncols, cols);
+      g.grid = std::min(g.work, max_clusters) * c;
+      if (!have || (best.grid < 2 * sms && g.grid >= 2 * sms)) {
+        best = g;
+        have = true;
+      }
+      break;  // the fewest ranks at this width
+    }
+    if (have && best.grid >= 2 * sms) break;
+  }
+  return best;
 }
 
 // `aligned`: every data pointer is 16-byte aligned (the launcher passes false
@@ -294,6 +382,27 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
         cluster = std::min(8, max_cluster);
         chunks = ceil_div(D, int64_t(cluster) * ty * E);
       }
+    }
+  }
+  // The staged kernel (vector loads, 2- and 4-byte types), if its slice fits:
+  // forward, columns of D >= kSoftmaxStageFwdMinD = 256 (the register forward
+  // holds 64 bytes per thread and runs at ~65% of copy even at 128-byte rows:
+  // [64, 256, 56, 56] fp32 65 -> 89% staged; below 256 rows the staged forward's
+  // per-tile (max, sum) merge is not amortised: D = 64 78 -> 46%); backward,
+  // D >= kSoftmaxStageBwdMinD = 64 and only at 128-byte staged rows (it stages two
+  // arrays; at 32- and 64-byte rows it measured below the register path: [8192,
+  // 8192] fp16 34 vs 46%). Every column the register path narrows below 128-byte
+  // rows (or clusters, or streams) has D > 256. H200, bench/notes-s5-spatial.md.
+  const int stage_min_d = caps.stage_min_d.load();
+  const bool stage = D >= (stage_min_d > 0 ? int64_t(stage_min_d) : fwd ? kSoftmaxStageFwdMinD : kSoftmaxStageBwdMinD);
+  if (g.vec == vs && vs > 1 && es <= 4 && stage) {
+    SoftmaxGeometry s = softmax_staged_geometry(D, ncols, es, g.vec, fwd, max_threads, max_cluster, sms,
+                                                caps.stage_bytes.load(), max_clusters,
+                                                fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
+    if (s.staged) {
+      s.index_bits = g.index_bits;
+      s.ev = g.ev;
+      return s;
     }
   }
   // Wider tiles while the block is small and the columns last.

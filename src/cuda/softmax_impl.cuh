@@ -15,6 +15,9 @@
 //   spatial_kernel  spatial: inner > 1. A [ty x tx] block owns tx*V consecutive
 //                   columns; loads run along inner; ty threads (and a cluster)
 //                   split D; the column tile is resident when it fits.
+//   spatial_staged_kernel  (session 5) spatial, long columns: the block's slice
+//                   of the column tile staged in shared memory (cp.async), a
+//                   cluster over D, no EV (detail::softmax_staged_geometry).
 //
 // The math, per row (a "row" is one (outer, inner) column of D values), with the
 // building blocks of src/ops/softmax_ops.h (shared with the CPU kernels):
@@ -65,6 +68,8 @@ struct Args {
   int64_t outer = 1, D = 1, inner = 1;
   int lanes = 1, tx = 32, ty = 1, cluster = 1;
   int64_t chunks = 1, work = 0;
+  int krows = 0;           // staged spatial: rows per thread
+  int64_t stage_off = 0;   // staged spatial: byte offset of the staged data in shared memory
 };
 
 using KernelFn = void (*)(Args);
@@ -219,6 +224,21 @@ __device__ __forceinline__ uint32_t pmax(const __nv_bfloat16*, uint32_t a, uint3
   return o;
 }
 
+// Two floats rounded to nearest into one word of 16-bit pairs (lo = a): one
+// conversion instruction (F2FP) for both, bit-identical to st<T> per element.
+__device__ __forceinline__ uint32_t pack2(const __half*, float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  uint32_t o;
+  memcpy(&o, &h, 4);
+  return o;
+}
+__device__ __forceinline__ uint32_t pack2(const __nv_bfloat16*, float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  uint32_t o;
+  memcpy(&o, &h, 4);
+  return o;
+}
+
 template <class T, int V, int N>
 struct Raw<T, V, N, true> {
   static constexpr int W = V / 2;  // 32-bit words per vector
@@ -303,8 +323,19 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
       sb[i] = ops::sum_base(mt[i]);  // all -inf (or padding): exp(-inf - 0) = 0
       ms[i] = {mt[i], A(0)};
     }
+    // Session 5: 16-bit softmax with at most 16 elements per thread (the short
+    // EVs: warp rows <= 512, spatial columns of D <= 4) keeps e = exp(x - sb) in
+    // float registers for the write instead of recomputing it (one exp per
+    // element, not two; 16 registers fit the 64-register bound there). Same
+    // values: the write's recompute was bit-identical.
+    constexpr bool kKeep = !Log && sizeof(T) == 2 && Cx::VEC % 2 == 0 && EV <= 16;  // packed vectors only
+    A e[kKeep ? EV : 1];
 #pragma unroll
-    for (int k = 0; k < EV; ++k) ms[k % NS].s += dexp_elem<T>(x[k] - sb[k % NS]);
+    for (int k = 0; k < EV; ++k) {
+      const A ek = dexp_elem<T>(x[k] - sb[k % NS]);
+      if constexpr (kKeep) e[k] = ek;
+      ms[k % NS].s += ek;
+    }
     x.launder();
     cx.template reduce<MS<A>>(ms, MSOp{});
 #pragma unroll
@@ -317,8 +348,12 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
       rb[i] = ms[i].m;
     }
     cx.store(I(0), [&](int k) -> A {
-      const A xv = x[k];
-      return Log ? (xv - rb[k % NS]) - kk[k % NS] : dexp_elem<T>(xv - sb[k % NS]) * kk[k % NS];
+      if constexpr (kKeep) {
+        return e[k] * kk[k % NS];
+      } else {
+        const A xv = x[k];
+        return Log ? (xv - rb[k % NS]) - kk[k % NS] : dexp_elem<T>(xv - sb[k % NS]) * kk[k % NS];
+      }
     });
     return;
   }
@@ -411,7 +446,7 @@ struct WarpCx {
   using T = T_;
   using Index = I;
   using A = dacc_t<T>;
-  static constexpr int EV = EV_, NS = 1, NV = EV / V;
+  static constexpr int EV = EV_, NS = 1, NV = EV / V, VEC = V;
   using Raw = sm::Raw<T, V, NV>;
   const T* a;
   const T* b;
@@ -487,7 +522,7 @@ struct BlockCx {
   using T = T_;
   using Index = I;
   using A = dacc_t<T>;
-  static constexpr int EV = EV_, NS = 1, NV = EV / V;
+  static constexpr int EV = EV_, NS = 1, NV = EV / V, VEC = V;
   using Raw = sm::Raw<T, V, NV>;
   const T* a;
   const T* b;
@@ -574,7 +609,7 @@ struct SpatialCx {
   using T = T_;
   using Index = I;
   using A = dacc_t<T>;
-  static constexpr int EV = EV_, NS = V, E = EV / V;
+  static constexpr int EV = EV_, NS = V, E = EV / V, VEC = V;
   using Raw = sm::Raw<T, V, E>;
   const T* a;
   const T* b;
@@ -701,6 +736,169 @@ __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
   }
 }
 
+// cp.async of one vector of B bytes (8 or 16) from global to shared memory.
+template <int B>
+__device__ __forceinline__ void cp_async(void* dst, const void* src) {
+  const unsigned sa = unsigned(__cvta_generic_to_shared(dst));
+  if constexpr (B == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(src) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(sa), "l"(src), "n"(B) : "memory");
+  }
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// spatial, staged (session 5; geometry: detail::softmax_staged_geometry): long
+// columns. The block's slice of the column tile (rows rank*krows*TY .. +krows*TY,
+// TX*V columns, 128-byte rows where it fits) is copied to shared memory with
+// cp.async, so the bytes in flight are not capped by registers (64 KB per block,
+// 3 blocks per SM, against 64 bytes x 1024 threads on the register path) and the
+// register path's narrowing of long columns to 32-byte row segments (one L2
+// request per sector) is not needed. Thread (tyi, txi) copies and later reads only
+// its own slots, rows tyi + TY*k (k < krows) of vector txi, at
+// [(k*TY + tyi)*TX + txi] (a warp touches consecutive 16- or 8-byte words: no bank
+// conflicts), so no barrier orders the staging: cp.async.wait_all makes a
+// thread's copies visible to itself. The (max, sum) pairs (fwd) or sums (bwd) of
+// the TY threads of a column and the cluster ranks merge with SpatialCx::reduce
+// (its scratch at the start of shared memory, the staged data after it). Math as
+// fwd_body/bwd_body's resident path: one DRAM read and one write per element.
+template <class T, class I, bool Fwd, bool Log, int V>
+__global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
+  using A = dacc_t<T>;
+  using VT = Vec<T, V>;
+  const int C = args.cluster;
+  const int rank = int(blockIdx.x % unsigned(C));
+  const int TX = args.tx, TY = args.ty;
+  const int txi = int(threadIdx.x) % TX, tyi = int(threadIdx.x) / TX;
+  const int cols = TX * V;
+  const int K = args.krows;
+  const I D = I(args.D);
+  const I inner = I(args.inner);
+  const I ncols = I(args.outer) * inner;
+  const I tiles = I(args.work);
+  const int64_t slab = args.D * args.inner;
+  const I d0 = I(rank) * I(K) * I(TY) + I(tyi);  // this thread's first row; then every TY
+  const I held = D > d0 ? (D - d0 + I(TY) - 1) / I(TY) : I(0);
+  const int n = held < I(K) ? int(held) : K;  // rows this thread holds
+  const int ks = TX * TY;  // slot stride in vectors
+  VT* s0 = reinterpret_cast<VT*>(dyn_smem() + args.stage_off) + tyi * TX + txi;
+  VT* s1 = s0 + int64_t(K) * ks;  // bwd: y after g
+  const A ninf = ops::neg_inf<A>();
+  const A nan = std::numeric_limits<A>::quiet_NaN();
+  for (I tile = I(blockIdx.x / unsigned(C)); tile < tiles; tile += I(gridDim.x / unsigned(C))) {
+    const I col = tile * I(cols) + I(txi * V);
+    const bool active = col < ncols;
+    int64_t base = 0;  // column base: 64-bit
+    if (active) {
+      const I o = col / inner;
+      base = int64_t(o) * slab + int64_t(col - o * inner);
+    }
+    const int na = active ? n : 0;
+    {
+      const T* ga = static_cast<const T*>(args.a) + base;
+      for (int k = 0; k < na; ++k) cp_async<sizeof(VT)>(s0 + k * ks, ga + (d0 + I(TY) * I(k)) * inner);
+      if constexpr (!Fwd) {
+        const T* gb = static_cast<const T*>(args.b) + base;
+        for (int k = 0; k < na; ++k) cp_async<sizeof(VT)>(s1 + k * ks, gb + (d0 + I(TY) * I(k)) * inner);
+      }
+      cp_async_wait_all();
+    }
+    SpatialCx<T, I, V, V> cx{nullptr, nullptr, nullptr, D, inner, TX, TY, txi, tyi, C, rank, active, 1};
+    T* go = static_cast<T*>(args.out) + base;
+    if constexpr (Fwd) {
+      A mt[V], sb[V], kk[V], rb[V];
+      MS<A> ms[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) mt[i] = ninf;
+      if constexpr (sizeof(T) == 2 && V == 4) {
+        // 16-bit: the max on packed pairs (exact, NaN wins), widened once.
+        const T* tag = nullptr;
+        uint32_t a[2];
+        {
+          const T ni = st<T>(ninf);
+          unsigned short b;
+          memcpy(&b, &ni, sizeof(b));
+          a[0] = a[1] = uint32_t(b) | (uint32_t(b) << 16);
+        }
+#pragma unroll 4
+        for (int k = 0; k < na; ++k) {
+          const uint2 w = *reinterpret_cast<const uint2*>(s0 + k * ks);
+          a[0] = pmax(tag, a[0], w.x);
+          a[1] = pmax(tag, a[1], w.y);
+        }
+#pragma unroll
+        for (int i = 0; i < V; ++i) mt[i] = widen(tag, a[i / 2], (i % 2) != 0);
+      } else {
+#pragma unroll 4
+        for (int k = 0; k < na; ++k) {
+          const VT w = s0[k * ks];
+#pragma unroll
+          for (int i = 0; i < V; ++i) mt[i] = ops::MaxTag::combine(mt[i], ld(w.v[i]));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        sb[i] = ops::sum_base(mt[i]);  // all -inf (or no rows): exp(-inf - 0) = 0
+        ms[i] = {mt[i], A(0)};
+      }
+#pragma unroll 4
+      for (int k = 0; k < na; ++k) {
+        const VT w = s0[k * ks];
+#pragma unroll
+        for (int i = 0; i < V; ++i) ms[i].s += dexp_elem<T>(ld(w.v[i]) - sb[i]);
+      }
+      cx.template reduce<MS<A>>(ms, MSOp{});
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const bool finite = (ms[i].m - ms[i].m == A(0));  // the NaN rule, as fwd_body
+        kk[i] = finite ? (Log ? ops::log_acc(ms[i].s) : dexp(mt[i] - ms[i].m) / ms[i].s) : nan;
+        rb[i] = ms[i].m;
+      }
+#pragma unroll 4
+      for (int k = 0; k < na; ++k) {
+        const VT w = s0[k * ks];
+        A y[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const A xv = ld(w.v[i]);
+          y[i] = Log ? (xv - rb[i]) - kk[i] : dexp_elem<T>(xv - sb[i]) * kk[i];
+        }
+        if constexpr (sizeof(T) == 2 && V == 4) {
+          // 16-bit: two elements per conversion instruction (round to nearest, as st<T>).
+          const uint2 o = {pack2(static_cast<const T*>(nullptr), y[0], y[1]),
+                           pack2(static_cast<const T*>(nullptr), y[2], y[3])};
+          *reinterpret_cast<uint2*>(go + (d0 + I(TY) * I(k)) * inner) = o;
+        } else {
+          VT o;
+#pragma unroll
+          for (int i = 0; i < V; ++i) o.v[i] = st<T>(y[i]);
+          *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k)) * inner) = o;
+        }
+      }
+    } else {
+      using Epi = std::conditional_t<Log, ops::LogSoftmaxBwd, ops::SoftmaxBwd>;
+      A acc[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[i] = A(0);
+#pragma unroll 4
+      for (int k = 0; k < na; ++k) {
+        const VT g = s0[k * ks], y = s1[k * ks];
+#pragma unroll
+        for (int i = 0; i < V; ++i) acc[i] += Epi::term(ld(g.v[i]), ld(y.v[i]));
+      }
+      cx.template reduce<A>(acc, SumOp{});
+#pragma unroll 4
+      for (int k = 0; k < na; ++k) {
+        const VT g = s0[k * ks], y = s1[k * ks];
+        VT o;
+#pragma unroll
+        for (int i = 0; i < V; ++i) o.v[i] = st<T>(Epi::apply(ld(g.v[i]), ld(y.v[i]), acc[i]));
+        *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k)) * inner) = o;
+      }
+    }
+  }
+}
+
 // The kernel of kind K at vector width V and EV elements per thread.
 template <class T, class I, bool Fwd, bool Log, detail::SoftmaxKernel K, int V, int EV>
 KernelFn kernel_of() {
@@ -723,10 +921,16 @@ KernelFn pick_ev(int ev) {
 // when that combination is not instantiated (the launcher reports an error).
 // Vector widths: detail::softmax_vec_elems (the geometry's, so plan and kernel agree).
 template <class T, class I, bool Fwd, bool Log>
-KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev) {
+KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged) {
   constexpr int V = detail::softmax_vec_elems(detail::SoftmaxKernel::Warp, int(sizeof(T)));
   constexpr int VS = detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, int(sizeof(T)));
   using K = detail::SoftmaxKernel;
+  if (staged) {  // spatial, staged: vector loads of 2- and 4-byte types only
+    if constexpr (sizeof(T) <= 4 && VS > 1) {
+      if (k == K::Spatial && vec == VS) return spatial_staged_kernel<T, I, Fwd, Log, VS>;
+    }
+    return nullptr;
+  }
   switch (k) {
     case K::Warp:
       if (vec == V) return pick_ev<T, I, Fwd, Log, K::Warp, V>(ev);
@@ -742,7 +946,7 @@ KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev) {
 
 // Per (direction, dtype) translation units (softmax_{fwd,bwd}_<dtype>.cu).
 #define SEGRED_SOFTMAX_PICK_DECL(dir, tag) \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev);
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged);
 SEGRED_SOFTMAX_PICK_DECL(fwd, f32)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f64)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f16)
@@ -754,10 +958,12 @@ SEGRED_SOFTMAX_PICK_DECL(bwd, bf16)
 #undef SEGRED_SOFTMAX_PICK_DECL
 
 #define SEGRED_SOFTMAX_PICK_DEF(dir, tag, T, FWD)                                                               \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev) {                  \
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged) {     \
     if (log)                                                                                                   \
-      return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev) : pick_kernel<T, int32_t, FWD, true>(k, vec, ev); \
-    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec, ev) : pick_kernel<T, int32_t, FWD, false>(k, vec, ev); \
+      return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev, staged)                                      \
+                 : pick_kernel<T, int32_t, FWD, true>(k, vec, ev, staged);                                     \
+    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec, ev, staged)                                       \
+               : pick_kernel<T, int32_t, FWD, false>(k, vec, ev, staged);                                      \
   }
 
 }  // namespace segred::cuda::sm

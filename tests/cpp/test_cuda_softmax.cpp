@@ -120,6 +120,12 @@ const std::vector<Geo>& shapes() {
       {{3, 520}, -1},      {{5, 1000}, -1},      {{4, 1024}, -1},     {{9, 256}, -1},
       {{5, 1, 16}, 1},     {{4, 2, 24}, 1},      {{3, 3, 64}, 1},     {{2, 5, 40}, 1},     {{4, 3, 9}, 1},
       {{2, 4, 11}, 1},
+      // Session 5, staged spatial (2- and 4-byte types, vector loads; columns the
+      // register path would narrow below 128-byte rows): one block per tile
+      // ([2, 300, 64]; bwd: a cluster of 2), tiles that straddle two outer slabs and
+      // end in inactive columns ([3, 300, 20]); [2, 1025, 16] and [1, 5000, 32]
+      // above take clusters of 4 to 16.
+      {{2, 300, 64}, 1},   {{3, 300, 20}, 1},
   };
   return s;
 }
@@ -244,6 +250,72 @@ TYPED_TEST(CudaSoftmax, EveryPathAgainstReferenceAndCpuI64) {
       for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<TypeParam>(c, log, dir, true, rng);
 }
 
+// The staged spatial kernel's per-block budget for a scope (0: staging off, so
+// every column takes the v5 register geometry), restored on exit.
+struct StagingScope {
+  explicit StagingScope(int64_t bytes) { detail::softmax_test_caps().stage_bytes = bytes; }
+  ~StagingScope() { detail::softmax_test_caps().stage_bytes = int64_t(64) << 10; }
+};
+
+// Session 5: long spatial columns take the staged kernel; the register path's
+// geometries for them (vector clusters, narrow tiles) stay reachable through the
+// launcher's fallback caps and float64, so the spatial shapes run again with
+// staging off, i32 and i64.
+TYPED_TEST(CudaSoftmax, SpatialWithStagingOff) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(777);
+  StagingScope off(0);
+  for (const Geo& c : shapes()) {
+    const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<TypeParam>(), Direction::Fwd, false, Backend::CUDA);
+    if (p.inner == 1) continue;
+    for (bool f64 : {false, true})
+      for (bool log : {false, true})
+        for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<TypeParam>(c, log, dir, f64, rng);
+  }
+}
+
+// Staged geometries at small sizes (every column staged: stage_min_d = 2; a
+// small budget for clusters of 2 to 16), each dtype, i32 and i64, special columns
+// included; the launch must be the staged geometry the plan gives.
+TYPED_TEST(CudaSoftmax, StagedSpatialSmallShapes) {
+  SKIP_WITHOUT_GPU();
+  if (dtype_size(dtype_of<TypeParam>()) > 4) GTEST_SKIP() << "no staged kernel for float64";
+  std::mt19937 rng(555);
+  struct S {
+    Geo geo;
+    int64_t budget;
+  };
+  const std::vector<S> cases = {{{{3, 40, 72}, 1}, int64_t(64) << 10}, {{{1, 120, 72}, 1}, 8192},
+                                {{{2, 700, 36}, 1}, 16384},           {{{5, 33, 4}, 1}, 4096},
+                                {{{2, 2, 200}, 1}, int64_t(64) << 10}};
+  int staged = 0;
+  for (const S& c : cases) {
+    auto& caps = detail::softmax_test_caps();
+    caps.stage_min_d = 2;
+    caps.stage_bytes = c.budget;
+    struct Reset {
+      ~Reset() {
+        detail::softmax_test_caps().stage_min_d = 0;
+        detail::softmax_test_caps().stage_bytes = int64_t(64) << 10;
+      }
+    } reset;
+    for (bool f64 : {false, true})
+      for (bool log : {false, true})
+        for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+          SoftmaxProblem p = make_softmax_problem(c.geo.shape, c.geo.dim, dtype_of<TypeParam>(), dir, log, Backend::CUDA);
+          int sms = 0;
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+          p.sm_count = sms;
+          detail::softmax_force_index64() = f64;
+          const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+          detail::softmax_force_index64() = false;
+          staged += g.staged;
+          run_case<TypeParam>(c.geo, log, dir, f64, rng, g.staged ? &g : nullptr);
+        }
+  }
+  EXPECT_GE(staged, 30);
+}
+
 // The shared-memory, cluster and streaming geometries only, float32, i32 and
 // i64: small enough for compute-sanitizer racecheck.
 TEST(CudaSoftmaxSan, SharedMemoryClusterAndStreamingPaths) {
@@ -276,6 +348,8 @@ struct RaceCase {
   int max_threads, max_cluster;
   int64_t max_clusters;  // grid cap in clusters (1: every block loops over the work)
   int sm_count;          // cap on the SM count the geometry fills
+  int64_t stage_bytes = 0;  // staged spatial: per-block budget (0: off, the register geometries)
+  int stage_min_d = 0;                      // staged spatial: > 0 stages every column with D >= this
 };
 
 constexpr int64_t kNoCap = detail::kSoftmaxMaxClusters;
@@ -298,6 +372,10 @@ const std::vector<RaceCase>& race_cases() {
       {{{2, 4104}, -1}, 64, 1, 1, 132},         // 16-bit fwd: streaming, looping
       {{{1, 8200}, -1}, 64, 2, kNoCap, 132},    // 16-bit fwd: streaming in a cluster
       {{{1, 8200}, -1}, 1024, 1, kNoCap, 132},  // float32 bwd: a block of 1024 threads
+      // staged spatial (session 5): one block per tile, looping; clusters of 2 to 8
+      // (an 8 KB budget per block), looping
+      {{{3, 40, 72}, 1}, 1024, 16, 1, 1, int64_t(64) << 10, 2},
+      {{{1, 120, 72}, 1}, 1024, 16, 1, 1, 8192, 2},
   };
   return c;
 }
@@ -309,6 +387,8 @@ struct CapsScope {  // restores the defaults even when an ASSERT returns early
     c.max_cluster = r.max_cluster;
     c.max_clusters = r.max_clusters;
     c.sm_count = r.sm_count;
+    c.stage_bytes = r.stage_bytes;
+    c.stage_min_d = r.stage_min_d;
   }
   ~CapsScope() {
     auto& c = detail::softmax_test_caps();
@@ -316,6 +396,8 @@ struct CapsScope {  // restores the defaults even when an ASSERT returns early
     c.max_cluster = 16;
     c.max_clusters = detail::kSoftmaxMaxClusters;
     c.sm_count = 1 << 20;
+    c.stage_bytes = int64_t(64) << 10;
+    c.stage_min_d = 0;
   }
 };
 
@@ -331,6 +413,7 @@ std::string race_class(const detail::SoftmaxGeometry& g) {
     return k + scalar + loop;
   }
   if (g.kernel != detail::SoftmaxKernel::Spatial) return "";
+  if (g.staged) return std::string(g.cluster > 1 ? "spatial.staged.cluster" : "spatial.staged") + loop;
   const int groups = g.tx < 32 ? std::max(1, g.tx * g.ty / 32) : g.ty;  // SpatialCx::reduce's G
   if (groups == 1 && g.cluster == 1) return "";
   const char* k = g.chunks > 1     ? "spatial.stream"
@@ -382,7 +465,8 @@ TEST(CudaSoftmaxRaceShapes, ReachEverySharedMemoryGeometry) {
     for (Direction dir : {Direction::Fwd, Direction::Bwd})
       for (const char* want : {"block.one.loop", "block.cluster.loop", "block.stream.loop", "block.stream.cluster",
                                "spatial.stream", "spatial.narrow.loop", "spatial.narrow.scalar.loop",
-                               "spatial.wide.loop", "spatial.cluster.loop", "spatial.cluster.g1.loop"}) {
+                               "spatial.wide.loop", "spatial.cluster.loop", "spatial.cluster.g1.loop",
+                               "spatial.staged.loop", "spatial.staged.cluster.loop"}) {
         const std::string key = std::string(dtype_name(dt)) + (dir == Direction::Fwd ? " fwd " : " bwd ") + want;
         EXPECT_TRUE(got.count(key)) << key << " not reached; reached: " << all;
       }
@@ -390,9 +474,9 @@ TEST(CudaSoftmaxRaceShapes, ReachEverySharedMemoryGeometry) {
   bool scalar_cluster = false;
   for (const auto& v : got) scalar_cluster |= v.find("spatial.cluster") != std::string::npos && v.find(".scalar") != std::string::npos;
   EXPECT_TRUE(scalar_cluster) << all;
-  // Small: at most 9252 elements a case, about 100 launches in all.
+  // Small: at most 9252 elements a case, about 110 launches in all.
   for (const RaceCase& r : race_cases()) EXPECT_LE(numel(r.geo.shape), 9252) << shape_string(r.geo.shape);
-  EXPECT_LE(runs.size() * 2, 110u);
+  EXPECT_LE(runs.size() * 2, 120u);
 }
 
 int device_sm_count() {
@@ -442,6 +526,7 @@ std::string geometry_variant(const detail::SoftmaxGeometry& g) {
       return std::string("block.") +
              (g.chunks > 1 ? "stream" : g.cluster == 1 ? "one" : g.tx == 1024 ? "cluster1024" : "cluster") + v;
     default:
+      if (g.staged) return std::string("spatial.staged") + (g.cluster > 1 ? ".cluster" : "") + v;
       return std::string("spatial.") + (g.chunks > 1 ? "stream" : g.cluster > 1 ? "cluster" : g.ty > 1 ? "smem" : "shfl") + v;
   }
 }
@@ -450,11 +535,27 @@ TEST(CudaSoftmaxShapes, ReachEveryGeometryVariant) {
   for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
     for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
       std::set<std::string> got;
-      for (const Geo& c : shapes())
-        got.insert(geometry_variant(detail::softmax_geometry(
-            make_softmax_problem(c.shape, c.dim, dt, dir, false, Backend::CUDA))));
+      // Default caps, and with staging off (StagingOff below runs the spatial
+      // shapes so: the register path's vector clusters are staged otherwise).
+      for (int64_t stage : {int64_t(64) << 10, int64_t(0)}) {
+        StagingScope scope(stage);
+        for (const Geo& c : shapes())
+          got.insert(geometry_variant(detail::softmax_geometry(
+              make_softmax_problem(c.shape, c.dim, dt, dir, false, Backend::CUDA))));
+      }
       std::string all;
       for (const auto& v : got) all += v + " ";
+      // (A staged backward of one block per tile holds no more rows than the
+      // register path at 128-byte rows, so at the default caps the backward stages
+      // in clusters only; StagedSpatialSmallShapes and the race cases reach the
+      // one-block backward through the test caps.)
+      if (dtype_size(dt) <= 4) {
+        for (const char* want : {dir == Direction::Fwd ? "spatial.staged.vec" : "spatial.staged.cluster.vec",
+                                 "spatial.staged.cluster.vec"}) {
+          EXPECT_TRUE(got.count(want)) << dtype_name(dt) << (dir == Direction::Fwd ? " fwd" : " bwd") << ": " << want
+                                       << " not reached; reached: " << all;
+        }
+      }
       for (const char* want : {"warp.vec", "warp.scalar", "block.one.vec", "block.one.scalar", "block.cluster.vec",
                                "block.cluster.scalar", "block.cluster1024.vec", "block.cluster1024.scalar",
                                "block.stream.vec", "block.stream.scalar", "spatial.shfl.vec", "spatial.shfl.scalar",

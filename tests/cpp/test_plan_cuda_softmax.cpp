@@ -37,6 +37,13 @@ int64_t max_formed_index(const SoftmaxProblem& p, const detail::SoftmaxGeometry&
   } else if (g.kernel == detail::SoftmaxKernel::Block) {
     m = std::max(m, p.outer + g.grid / g.cluster);                      // row counter + step
     m = std::max(m, g.chunks * g.cluster * (g.ev / g.vec) * threads * g.vec);  // in-row element index
+  } else if (g.staged) {
+    const int64_t cols = int64_t(g.tx) * g.vec;
+    m = std::max(m, g.work + g.grid / g.cluster);                       // tile counter + step
+    m = std::max(m, g.work * cols);                                      // column index
+    const int64_t dmax = int64_t(g.cluster) * g.krows * g.ty;           // row index d (first row + TY*k)
+    m = std::max(m, dmax);
+    m = std::max(m, std::min(dmax, D) * p.inner);                      // d * inner (formed only for d < D)
   } else {
     const int64_t cols = int64_t(g.tx) * g.vec;
     const int64_t E = g.ev / g.vec;
@@ -68,6 +75,25 @@ void expect_consistent(const SoftmaxProblem& p) {
     EXPECT_GE(int64_t(g.lanes) * g.ev, D) << plan;
   } else if (g.kernel == detail::SoftmaxKernel::Block) {
     EXPECT_GE(g.chunks * g.cluster * g.threads() * int64_t(g.ev), D) << plan;
+    EXPECT_EQ(g.grid % g.cluster, 0) << plan;
+  } else if (g.staged) {
+    // Staged spatial: the cluster's ranks hold the column, each rank krows x ty
+    // rows of tx vectors in shared memory (1 array fwd, 2 bwd), within the budget.
+    const int es0 = dtype_size(p.dtype);
+    const int na = p.direction == Direction::Fwd ? 1 : 2;
+    EXPECT_GE(int64_t(g.cluster) * g.krows * g.ty, D) << plan;
+    EXPECT_LT(int64_t(g.cluster) * (g.krows - 1) * g.ty, D) << plan << " (a rank with no rows)";
+    EXPECT_EQ(g.chunks, 1) << plan;
+    EXPECT_EQ(g.stage_bytes, int64_t(na) * g.krows * g.ty * g.tx * g.vec * es0) << plan;
+    EXPECT_LE(g.stage_bytes, detail::softmax_test_caps().stage_bytes.load()) << plan;
+    EXPECT_LE(g.smem_bytes(4), 227 * 1024) << plan;
+    EXPECT_EQ(g.stage_offset(4) % 16, 0) << plan;
+    EXPECT_LE(g.threads(), 256) << plan;
+    EXPECT_LE(g.tx, 32) << plan;
+    EXPECT_TRUE(g.tx * g.vec * es0 == 128 || g.tx * g.vec * es0 == 64 || g.tx * g.vec * es0 == 32) << plan;
+    EXPECT_EQ(g.vec, detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, es0)) << plan;
+    EXPECT_LE(es0, 4) << plan;
+    EXPECT_GE(g.work * g.tx * g.vec, p.outer * p.inner) << plan;
     EXPECT_EQ(g.grid % g.cluster, 0) << plan;
   } else {
     EXPECT_GE(g.chunks * g.cluster * int64_t(g.ty) * (g.ev / g.vec), D) << plan;
@@ -337,28 +363,63 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   // Spatial, 16-bit types: 8-byte vectors (4 statistics slots per thread), 8 rows
   // of them per thread (64 bytes, as float32's 4 rows of 16 bytes).
   for (Direction dir : {Direction::Fwd, kBwd}) {
+    const bool fwd = dir == Direction::Fwd;
     g = geo({64, 256, 56, 56}, 1, DType::Float16, dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
     EXPECT_EQ(g.vec, 4);
     EXPECT_EQ(g.ev, 32);
+    EXPECT_TRUE(g.staged);  // session 5: fwd stages D >= 256, bwd D >= 64 (128-byte rows)
     EXPECT_EQ(g.tx, 16);
-    EXPECT_EQ(g.ty, 32);
+    EXPECT_EQ(g.ty, 16);
+    EXPECT_EQ(g.krows, 16);
     EXPECT_EQ(g.chunks, 1);
     EXPECT_EQ(g.cluster, 1);
+    // Session 5: long columns take the staged kernel (the v5 register geometry,
+    // 32-byte rows: [8192, 8192] tx 4 x ty 128 x cluster 8, [32, 1000, 4096] tx 4
+    // x ty 128, is what staging off gives).
+    // Backward staging needs 128-byte rows: [8192, 8192] (2 MB of g and y per
+    // 64-column tile, 128 KB per rank of 16) keeps the register geometry.
     g = geo({8192, 8192}, 0, DType::Float16, dir);
-    EXPECT_EQ(g.tx, 4);
-    EXPECT_EQ(g.ty, 128);
-    EXPECT_EQ(g.cluster, 8);
+    EXPECT_EQ(g.staged, fwd);
+    EXPECT_EQ(g.cluster, fwd ? 16 : 8);
+    EXPECT_EQ(g.tx, fwd ? 16 : 4);  // fwd: 128-byte staged rows; bwd: v5's 32-byte register rows
+    EXPECT_EQ(g.ty, fwd ? 16 : 128);
     EXPECT_EQ(g.chunks, 1);
     g = geo({32, 1000, 4096}, 1, DType::BFloat16, dir);
-    EXPECT_EQ(g.tx, 4);
-    EXPECT_EQ(g.ty, 128);
-    EXPECT_EQ(g.cluster, 1);
+    EXPECT_TRUE(g.staged);
+    EXPECT_EQ(g.tx, 16);  // 128-byte rows
+    EXPECT_EQ(g.ty, 16);
+    EXPECT_EQ(g.cluster, dir == Direction::Fwd ? 2 : 4);
+    EXPECT_EQ(g.krows, dir == Direction::Fwd ? 32 : 16);
+    EXPECT_EQ(g.grid, 2048 * g.cluster);
+    {
+      detail::softmax_test_caps().stage_bytes = 0;  // staging off: the v5 geometry
+      g = geo({8192, 8192}, 0, DType::Float16, dir);
+      EXPECT_FALSE(g.staged);
+      EXPECT_EQ(g.tx, 4);
+      EXPECT_EQ(g.ty, 128);
+      EXPECT_EQ(g.cluster, 8);
+      EXPECT_EQ(g.chunks, 1);
+      g = geo({32, 1000, 4096}, 1, DType::BFloat16, dir);
+      EXPECT_FALSE(g.staged);
+      EXPECT_EQ(g.tx, 4);
+      EXPECT_EQ(g.ty, 128);
+      EXPECT_EQ(g.cluster, 1);
+      detail::softmax_test_caps().stage_bytes = int64_t(64) << 10;
+    }
   }
   g = geo({64, 256, 56, 56}, 1, DType::Float32);
   EXPECT_EQ(g.ev, 16);
+  EXPECT_TRUE(g.staged);
   EXPECT_EQ(g.tx, 8);
-  EXPECT_EQ(g.ty, 64);
+  EXPECT_EQ(g.ty, 32);
+  EXPECT_EQ(g.krows, 8);
+  g = geo({64, 256, 56, 56}, 1, DType::Float32, kBwd);
+  EXPECT_TRUE(g.staged);
+  EXPECT_EQ(g.tx, 8);
+  EXPECT_EQ(g.ty, 32);
+  EXPECT_EQ(g.krows, 8);
+  EXPECT_EQ(g.stage_bytes, 2 * 8 * 32 * 128);
   g = geo({8, 4, int64_t(1) << 24}, 1, DType::BFloat16);
   EXPECT_EQ(g.vec, 4);
   EXPECT_EQ(g.ev, 16);  // v5: E = 4 = D (v4: 8, half of each thread's rows empty)
@@ -366,7 +427,26 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   g = geo({8192, 8192}, 0, DType::Float32);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
   EXPECT_EQ(g.chunks, 1);
-  EXPECT_EQ(g.cluster * g.ty * (g.ev / g.vec), 8192);
+  EXPECT_TRUE(g.staged);
+  EXPECT_EQ(g.tx, 8);  // 128-byte rows, 16 ranks of 512 rows (64 KB each)
+  EXPECT_EQ(g.cluster * g.ty * g.krows, 8192);
+  EXPECT_EQ(g.cluster, 16);
+  g = geo({32, 1000, 4096}, 1, DType::Float32);
+  EXPECT_TRUE(g.staged);
+  EXPECT_EQ(g.tx, 8);  // 128-byte rows, 2 ranks of 512 rows (64 KB each)
+  EXPECT_EQ(g.ty, 32);
+  EXPECT_EQ(g.cluster, 2);
+  EXPECT_EQ(g.krows, 16);
+  EXPECT_EQ(g.grid, 8192);
+  // float64, short columns (fwd D < 256, bwd D < 64) and a backward whose
+  // 128-byte rows do not fit 16 ranks keep the register path.
+  EXPECT_FALSE(geo({8192, 8192}, 0, DType::Float64).staged);
+  EXPECT_FALSE(geo({128, 255, 64}, 1, DType::Float32).staged);
+  EXPECT_TRUE(geo({128, 256, 64}, 1, DType::Float32).staged);
+  EXPECT_FALSE(geo({128, 63, 64}, 1, DType::Float16, kBwd).staged);
+  EXPECT_TRUE(geo({128, 64, 64}, 1, DType::Float16, kBwd).staged);
+  EXPECT_FALSE(geo({8, 4, int64_t(1) << 24}, 1, DType::Float16).staged);
+  EXPECT_FALSE(geo({8192, 8192}, 0, DType::Float32, kBwd).staged);
   g = geo({8, 4, int64_t(1) << 24}, 1, DType::Float32);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
   EXPECT_EQ(g.ty, 1);
@@ -476,6 +556,7 @@ TEST(CudaSoftmaxPlan, EveryGeometryHasAnInstantiatedKernel) {
     const int64_t D = p.dim_size;
     if (g.kernel == SoftmaxKernel::Warp) ASSERT_GE(int64_t(g.lanes) * g.ev, D) << what;
     else if (g.kernel == SoftmaxKernel::Block) ASSERT_GE(g.chunks * g.cluster * g.threads() * int64_t(g.ev), D) << what;
+    else if (g.staged) ASSERT_GE(int64_t(g.cluster) * g.ty * g.krows, D) << what;
     else ASSERT_GE(g.chunks * g.cluster * int64_t(g.ty) * (g.ev / g.vec), D) << what;
   };
   for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
@@ -496,6 +577,116 @@ TEST(CudaSoftmaxPlan, EveryGeometryHasAnInstantiatedKernel) {
             }
       }
   EXPECT_GT(n, 40000);
+}
+
+// Session 5: the staged spatial geometry (softmax_staged_geometry) over a sweep of
+// column lengths, inner sizes, dtypes, directions, budgets and caps: staged only
+// when D >= 256 (fwd) / 64 (bwd, 128-byte rows only), the vector loads apply, the
+// type is 2 or 4 bytes
+// and a slice fits the budget within the cluster cap; the widest row that fits
+// within the cap is taken (a narrower one only to fill the GPU), with the fewest
+// ranks, and it covers D with no empty rank. Every geometry passes
+// expect_consistent.
+TEST(CudaSoftmaxPlan, StagedSpatialGeometrySweep) {
+  using detail::SoftmaxKernel;
+  int staged = 0, total = 0;
+  auto& caps = detail::softmax_test_caps();
+  struct Reset {
+    ~Reset() {
+      detail::softmax_test_caps().stage_bytes = int64_t(64) << 10;
+      detail::softmax_test_caps().stage_min_d = 0;
+    }
+  } reset;
+  for (int64_t budget : {int64_t(64) << 10, int64_t(8) << 10, int64_t(160) << 10})
+    for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+      for (Direction dir : {Direction::Fwd, Direction::Bwd})
+        for (int64_t D : {2, 5, 63, 64, 65, 129, 255, 256, 257, 300, 511, 512, 513, 1000, 1025, 2049, 4097, 8192,
+                          16385, 40000, 100000})
+          for (int64_t inner : {4, 6, 8, 20, 64, 4096})
+            for (int mc : {16, 8, 2, 1}) {
+              caps.stage_bytes = budget;
+              SoftmaxProblem p = cuda_problem({3, D, inner}, 1, dir, false, dt);
+              p.max_cluster = mc;
+              const auto g = detail::softmax_geometry(p);
+              caps.stage_bytes = 0;
+              const auto r = detail::softmax_geometry(p);  // the register geometry
+              caps.stage_bytes = budget;
+              const int es = dtype_size(dt);
+              const std::string what = shape_string({3, D, inner}) + " " + std::string(dtype_name(dt)) +
+                                       (dir == Direction::Fwd ? " fwd" : " bwd") + " budget " + std::to_string(budget) +
+                                       " mc " + std::to_string(mc);
+              ++total;
+              EXPECT_FALSE(r.staged) << what;
+              EXPECT_EQ(g.index_bits, r.index_bits) << what;
+              EXPECT_EQ(g.ev, r.ev) << what;
+              if (!g.staged) {
+                EXPECT_EQ(g.tx, r.tx) << what;
+                EXPECT_EQ(g.cluster, r.cluster) << what;
+                EXPECT_EQ(g.chunks, r.chunks) << what;
+              }
+              const int vs = detail::softmax_vec_elems(SoftmaxKernel::Spatial, es);
+              const bool eligible = es <= 4 && inner % vs == 0;
+              const bool fwd = dir == Direction::Fwd;
+              const int64_t min_d = fwd ? detail::kSoftmaxStageFwdMinD : detail::kSoftmaxStageBwdMinD;
+              if (!eligible || D < min_d) {
+                EXPECT_FALSE(g.staged) << what;
+              }
+              // A column the register path clusters or streams is long enough to stage
+              // (it stays on the register path only when no slice fits).
+              if (r.cluster > 1 || r.chunks > 1) {
+                EXPECT_GE(D, min_d) << what;
+              }
+              if (!g.staged) continue;
+              ++staged;
+              EXPECT_LE(g.cluster, mc) << what;
+              const int w = g.tx * g.vec * es;
+              const int na = fwd ? 1 : 2;
+              const int min_row = fwd ? 32 : 128;
+              EXPECT_GE(w, min_row) << what;
+              // No wider row fits within the cluster cap (when the pick is below 2 x sms
+              // blocks: a narrower row that fills the GPU may be preferred otherwise).
+              // than the fewest ranks needed.
+              // (When the pick fills the GPU, a narrower row may have been preferred
+              // for that: checked only for picks below 2 x sms blocks.)
+              for (int wider = w * 2; wider <= 128 && g.grid < 2 * 132; wider *= 2) {
+                const int ty = 256 / (wider / (g.vec * es));
+                const int64_t k = detail::ceil_div(detail::ceil_div(D, mc), ty);
+                EXPECT_GT(int64_t(na) * k * ty * wider, budget) << what << " w " << w << " wider " << wider;
+              }
+              // The fewest ranks at this width.
+              if (g.cluster > 1) {
+                const int64_t k = detail::ceil_div(detail::ceil_div(D, g.cluster / 2), g.ty);
+                EXPECT_GT(int64_t(na) * k * g.ty * w, budget) << what;
+              }
+              expect_consistent(p);
+            }
+  EXPECT_GT(staged, 500);
+  EXPECT_GT(total, 4000);
+  // The launcher's fallback caps (fewer threads, smaller clusters): staged within
+  // them, or the register path.
+  caps.stage_bytes = int64_t(64) << 10;
+  for (int mt : {1024, 256, 128, 64, 32})
+    for (int mc : {16, 8, 4, 1})
+      for (DType dt : {DType::Float32, DType::Float16})
+        for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+          SoftmaxProblem q = cuda_problem({8192, 8192}, 0, dir, false, dt);
+          q.max_threads = mt;
+          q.max_cluster = mc;
+          const auto g = detail::softmax_geometry(q);
+          EXPECT_LE(g.threads(), mt);
+          EXPECT_LE(g.cluster, mc);
+          expect_consistent(q);
+        }
+  // stage_min_d (test hook): every column of D >= it staged, short ones included.
+  caps.stage_min_d = 2;
+  for (DType dt : {DType::Float32, DType::Float16})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      const SoftmaxProblem q = cuda_problem({3, 40, 72}, 1, dir, false, dt);
+      const auto g = detail::softmax_geometry(q);
+      EXPECT_TRUE(g.staged);
+      EXPECT_EQ(g.cluster, 1);
+      expect_consistent(q);
+    }
 }
 
 TEST(CudaSoftmaxPlan, ForcedIndex64HookAndCapsShrink) {

@@ -1,0 +1,200 @@
+// Spatial softmax, staged (session 5) against the register path on the spatial
+// benchmark shapes: each case timed with the staged geometry at several per-block
+// budgets and with staging off (detail::softmax_test_caps().stage_bytes = 0: the
+// v5 register geometry), the outputs compared (max |staged - register|).
+// Build: nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -I include -I . \
+//   bench/cuda_spatial_staged_bench.cu BUILD/libsegred.a -o spatial_staged_bench
+// Usage: spatial_staged_bench [REPS [all]]. Prints one line per (case, dtype, dir, mode).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "segred/segred.h"
+#include "src/core/softmax_geometry.h"
+
+using namespace segred;
+
+#define CK(x)                                                                                    \
+  do {                                                                                           \
+    cudaError_t e_ = (x);                                                                        \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+__global__ void init_kernel(void* p, int64_t n, int dt, uint32_t seed, float lo, float hi) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(i >> 32) * 40503u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    const float u = lo + (hi - lo) * float(h & 0xffffff) / float(0x1000000);
+    if (dt == 0) static_cast<float*>(p)[i] = u;
+    else if (dt == 2) static_cast<__half*>(p)[i] = __float2half(u);
+    else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(u);
+  }
+}
+
+__global__ void maxdiff_kernel(const void* a, const void* b, int64_t n, int dt, unsigned* out) {
+  float m = 0.f;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float u, v;
+    if (dt == 0) u = static_cast<const float*>(a)[i], v = static_cast<const float*>(b)[i];
+    else if (dt == 2) u = __half2float(static_cast<const __half*>(a)[i]), v = __half2float(static_cast<const __half*>(b)[i]);
+    else u = __bfloat162float(static_cast<const __nv_bfloat16*>(a)[i]), v = __bfloat162float(static_cast<const __nv_bfloat16*>(b)[i]);
+    const float d = fabsf(u - v);
+    m = (d != d) ? __int_as_float(0x7f800000) : fmaxf(m, d);
+  }
+  atomicMax(out, __float_as_uint(m));
+}
+
+template <class F> double median_ms(F&& f, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();
+  CK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return t[t.size() / 2];
+}
+
+float maxdiff(const Tensor& a, const Tensor& b, int code, unsigned* dmax) {
+  CK(cudaMemset(dmax, 0, sizeof(unsigned)));
+  maxdiff_kernel<<<1024, 256>>>(a.data(), b.data(), a.numel(), code, dmax);
+  unsigned bits = 0;
+  CK(cudaMemcpy(&bits, dmax, sizeof(unsigned), cudaMemcpyDeviceToHost));
+  float d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 15;
+  const size_t cb = size_t(1) << 31;
+  void *c0, *c1;
+  CK(cudaMalloc(&c0, cb));
+  CK(cudaMalloc(&c1, cb));
+  CK(cudaMemset(c0, 1, cb));
+  const double copy_ms = median_ms([&] { CK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice)); }, reps);
+  const double copy_gbs = 2.0 * double(cb) / (copy_ms * 1e-3) / 1e9;
+  CK(cudaFree(c0));
+  CK(cudaFree(c1));
+  std::printf("copy %.1f GB/s\n", copy_gbs);
+  unsigned* dmax = nullptr;
+  CK(cudaMalloc(&dmax, sizeof(unsigned)));
+  struct Case {
+    const char* name;
+    Shape shape;
+    int64_t dim;
+  };
+  const std::vector<Case> cases = {
+      {"[32, 1000, 4096] dim 1", {32, 1000, 4096}, 1},
+      {"[8192, 8192] dim 0", {8192, 8192}, 0},
+      {"[64, 256, 56, 56] dim 1", {64, 256, 56, 56}, 1},
+      {"[16, 4000, 4096] dim 1", {16, 4000, 4096}, 1},
+      {"[8, 4, 2^24] dim 1", {8, 4, int64_t(1) << 24}, 1},
+      {"[128, 64, 8192] dim 1", {128, 64, 8192}, 1},
+      {"[262144, 128] dim -1", {262144, 128}, -1},
+  };
+  struct Mode {
+    const char* name;
+    int64_t bytes;
+    int min_d, row_fwd, row_bwd;
+  };
+  // Argument 2 "all": also the row-width and forced-staging variants (the default
+  // policy is detail::softmax_geometry's).
+  std::vector<Mode> modes = {{"register", 0, 0, 32, 128}, {"default", 64 << 10, 0, 32, 128}};
+  if (argc > 2 && std::string(argv[2]) == "all")
+    modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
+                               {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
+                               {"forced", 64 << 10, 2, 32, 128}});
+  const DeviceRef gpu{Device::CUDA, 0};
+  struct DT {
+    DType t;
+    const char* name;
+    int code;
+  };
+  for (const Case& c : cases)
+    for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
+      const int64_t n = numel(c.shape);
+      const int64_t es = dtype_size(dt.t);
+      Tensor x = Tensor::empty(c.shape, dt.t, gpu), y = Tensor::empty(c.shape, dt.t, gpu);
+      Tensor g = Tensor::empty(c.shape, dt.t, gpu), gi = Tensor::empty(c.shape, dt.t, gpu);
+      Tensor y0 = Tensor::empty(c.shape, dt.t, gpu), gi0 = Tensor::empty(c.shape, dt.t, gpu);
+      init_kernel<<<4096, 256>>>(x.data(), n, dt.code, 17, -4.f, 4.f);
+      init_kernel<<<4096, 256>>>(g.data(), n, dt.code, 91, -1.f, 1.f);
+      CK(cudaGetLastError());
+      for (const Mode& m : modes) {
+        auto& caps = detail::softmax_test_caps();
+        caps.stage_bytes = m.bytes;
+        caps.stage_min_d = m.min_d;
+        caps.stage_min_row_fwd = m.row_fwd;
+        caps.stage_min_row_bwd = m.row_bwd;
+        std::string path_f, path_b;
+        {
+          TraceSession t;
+          softmax_out(x, c.dim, y);
+          softmax_backward_out(g, y0, c.dim, gi);
+          CK(cudaDeviceSynchronize());
+          const auto r = t.records();
+          if (r.size() == 2) {
+            path_f = "grid " + std::to_string(r[0].grid[0]) + " block " + std::to_string(r[0].block[0]);
+            path_b = "grid " + std::to_string(r[1].grid[0]) + " block " + std::to_string(r[1].block[0]);
+          }
+        }
+        const auto p = make_softmax_problem(c.shape, c.dim, dt.t, Direction::Fwd, false, Backend::CUDA);
+        auto pf = p;
+        pf.sm_count = 132;
+        auto pb = pf;
+        pb.direction = Direction::Bwd;
+        const auto gf = detail::softmax_geometry(pf), gb = detail::softmax_geometry(pb);
+        if (m.bytes == 0) {
+          softmax_out(x, c.dim, y0);
+          softmax_backward_out(g, y0, c.dim, gi0);
+          CK(cudaDeviceSynchronize());
+        }
+        float df = 0, db = 0;
+        if (m.bytes != 0) {
+          softmax_out(x, c.dim, y);
+          softmax_backward_out(g, y0, c.dim, gi);
+          CK(cudaDeviceSynchronize());
+          df = maxdiff(y, y0, dt.code, dmax);
+          db = maxdiff(gi, gi0, dt.code, dmax);
+        }
+        const double fms = median_ms([&] { softmax_out(x, c.dim, y); }, reps);
+        const double bms = median_ms([&] { softmax_backward_out(g, y0, c.dim, gi); }, reps);
+        const double fb = 2.0 * double(n * es), bb = 3.0 * double(n * es);
+        const double fpct = 100.0 * (fb / (copy_gbs * 1e9)) / (fms * 1e-3);
+        const double bpct = 100.0 * (bb / (copy_gbs * 1e9)) / (bms * 1e-3);
+        std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% [%s st%d tx%d ty%d c%d k%d] diff %.3g | bwd %7.4f ms %5.1f%% [%s st%d tx%d ty%d c%d k%d] diff %.3g\n",
+                    c.name, dt.name, m.name, fms, fpct, path_f.c_str(), int(gf.staged), gf.tx, gf.ty, gf.cluster,
+                    gf.krows, double(df), bms, bpct, path_b.c_str(), int(gb.staged), gb.tx, gb.ty, gb.cluster, gb.krows,
+                    double(db));
+        std::fflush(stdout);
+      }
+      detail::softmax_test_caps().stage_bytes = 64 << 10;
+      detail::softmax_test_caps().stage_min_d = 0;
+      detail::softmax_test_caps().stage_min_row_fwd = 32;
+      detail::softmax_test_caps().stage_min_row_bwd = 128;
+    }
+  return 0;
+}
