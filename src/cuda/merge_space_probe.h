@@ -1,0 +1,29 @@
+// Test probe of the CUDA call preparation (host-callable; no CUDA headers): runs
+// prepare exactly as a segment_reduce call over (data, seg) would (validation
+// unless seg.unsafe, the geometry the call would use, the same kernels on the
+// current stream) and copies its outputs back, so a test can compare them with a
+// host reference of the merge space and the partition (segment_geometry.h).
+// Synchronises the stream (it reads the results back). Defined in segment_reduce.cu.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "segred/segment_reduce.h"
+#include "segred/trace.h"
+
+namespace segred::cuda {
+
+struct MergeSpaceProbe {
+  int index_bits = 0;
+  int64_t segs = 0, positions = 0, workers = 0, items = 0;  // U, N, tiles (W), merge items per tile
+  bool tiles = false;    // a partition was built (every path but prod backward)
+  int scan_tiles = 0;    // blocks of the scan kernel queued (0: none)
+  std::vector<int64_t> q;               // U + 1 entries
+  std::vector<int64_t> tile_i, tile_j;  // W + 1 entries each (empty without tiles)
+  int64_t long_count = -1;              // the fix-up counter after prepare (0), -1 without tiles
+};
+
+MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, Reduce reduce = Reduce::Sum,
+                                  Direction dir = Direction::Fwd);
+
+}  // namespace segred::cuda

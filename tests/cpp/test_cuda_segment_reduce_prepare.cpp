@@ -1,0 +1,362 @@
+// The CUDA call preparation of segment_reduce and the ragged softmax (prepare,
+// src/cuda/segment_reduce.cu, v7: plain kernels instead of one cooperative
+// kernel) against a host reference: the merge space q of segment_geometry.h built
+// from the metadata clamped exactly like the CPU clamps it, and the W + 1 tile
+// boundaries of the merge path (the split of diagonal w * items: the first
+// segment end v with q[v + 1] > d - v - 1), for awkward metadata: empty segments
+// at both ends, one huge segment beside 1M segments of 1, lengths and offsets,
+// offsets not starting at 0, int32 and int64 metadata, batched metadata on
+// axis > 0, every tile size (512 / 1024 flat items, 32 feature items), the
+// 64-bit q of the prod backward, invalid metadata (safe: the CPU's error;
+// unsafe: clamped, scan fallback across tile edges), and unsafe = true never
+// synchronising (the call is captured into a CUDA graph).
+//
+// Every test skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+
+#include "tests/cpp/segment_reduce_test_util.h"
+
+#ifdef SEGRED_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "segred/stream.h"
+#include "src/cuda/merge_space_probe.h"
+
+namespace segred::testing {
+namespace {
+
+#define SEGRED_NEED_GPU() \
+  if (::segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
+const DeviceRef kGpu{Device::CUDA, 0};
+
+Tensor dev(const TensorView& h) { return Tensor::copy_to(Tensor::contiguous_copy(h), kGpu); }
+Tensor host(const TensorView& d) { return Tensor::copy_to(d, DeviceRef{}); }
+
+// Host reference of q (segment_geometry.h) for raw row-major metadata of `outer`
+// rows of k entries, clamped like the CPU: lengths: saturating running sum of
+// clamp(len, 0, L); offsets: o[0] = clamp(in[0], 0, L), o[i] = clamp(in[i], o[i-1], L).
+std::vector<int64_t> ref_q(const std::vector<int64_t>& meta, int64_t outer, int64_t k, int64_t L, bool lengths) {
+  const int64_t S = lengths ? k : k - 1;
+  std::vector<int64_t> q{0};
+  for (int64_t r = 0; r < outer; ++r) {
+    std::vector<int64_t> o(size_t(S + 1));
+    const int64_t* in = meta.data() + r * k;
+    if (lengths) {
+      o[0] = 0;
+      for (int64_t s = 0; s < S; ++s) o[size_t(s + 1)] = std::min(o[size_t(s)] + std::clamp<int64_t>(in[s], 0, L), L);
+    } else {
+      o[0] = std::clamp<int64_t>(in[0], 0, L);
+      for (int64_t i = 1; i <= S; ++i) o[size_t(i)] = std::clamp<int64_t>(in[i], o[size_t(i - 1)], L);
+    }
+    for (int64_t s = 0; s <= S; ++s) q.push_back(r * L + o[size_t(s)]);
+  }
+  q.push_back(outer * L);
+  return q;
+}
+
+// Host reference partition: tile w starts at diagonal d = min(w * items, U + N),
+// split into i segment ends and j = d - i positions, i the first v in
+// [max(0, d - N), min(d, U)) with q[v + 1] > d - v - 1 (else the upper bound).
+void ref_partition(const std::vector<int64_t>& q, int64_t U, int64_t N, int64_t W, int64_t items,
+                   std::vector<int64_t>& ti, std::vector<int64_t>& tj) {
+  ti.assign(size_t(W + 1), 0);
+  tj.assign(size_t(W + 1), 0);
+  for (int64_t w = 0; w <= W; ++w) {
+    const int64_t d = std::min(w * items, U + N);
+    int64_t lo = std::max<int64_t>(d - N, 0), hi = std::min(d, U);
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (q[size_t(mid + 1)] <= d - mid - 1)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    ti[size_t(w)] = lo;
+    tj[size_t(w)] = d - lo;
+  }
+}
+
+// First index where a and b differ (sizes included), for a short message.
+::testing::AssertionResult same_vec(const char* what, const std::vector<int64_t>& got,
+                                    const std::vector<int64_t>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " entries, want " << want.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i])
+      return ::testing::AssertionFailure() << what << "[" << i << "] = " << got[i] << ", want " << want[i] << " (of "
+                                           << got.size() << ")";
+  return ::testing::AssertionSuccess();
+}
+
+struct Meta {
+  std::vector<int64_t> v;
+  Shape shape;  // [outer..., k] or [k]
+  bool lengths;
+};
+
+// prepare's outputs for data of `shape` (axis, dtype) and metadata m, against
+// the host reference.
+void expect_prepare(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
+                    Reduce red = Reduce::Sum, Direction dir = Direction::Fwd) {
+  SCOPED_TRACE(::testing::Message() << "data " << shape_string(shape) << " axis " << axis << " " << dtype_name(dt)
+                                    << (m.lengths ? " lengths " : " offsets ") << shape_string(m.shape) << " "
+                                    << dtype_name(it) << (unsafe ? " unsafe" : " safe"));
+  const Tensor data = Tensor::empty(shape, dt, kGpu);  // prepare reads no data
+  const Tensor md = dev(make_index(m.v, m.shape, it));
+  Segments sd;
+  (m.lengths ? sd.lengths : sd.offsets) = md.view();
+  sd.axis = axis;
+  sd.unsafe = unsafe;
+  const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd, red, dir);
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[size_t(d)];
+  const int64_t L = shape[size_t(axis)];
+  const int64_t k = m.shape.back();
+  const int64_t S = m.lengths ? k : k - 1;
+  const int64_t U = outer * (S + 1) + 1, N = outer * L;
+  EXPECT_EQ(p.segs, U);
+  EXPECT_EQ(p.positions, N);
+  const std::vector<int64_t> q = ref_q(m.v, outer, k, L, m.lengths);
+  EXPECT_TRUE(same_vec("q", p.q, q));
+  // The scan is queued for lengths, and for offsets only when unsafe.
+  EXPECT_EQ(p.scan_tiles > 0, outer * k > 0 && (m.lengths || unsafe));
+  if (!p.tiles) return;
+  std::vector<int64_t> ti, tj;
+  ref_partition(q, U, N, p.workers, p.items, ti, tj);
+  EXPECT_TRUE(same_vec("tile_i", p.tile_i, ti));
+  EXPECT_TRUE(same_vec("tile_j", p.tile_j, tj));
+  EXPECT_EQ(p.long_count, 0);
+}
+
+Meta offsets_of(const std::vector<int64_t>& lens, int64_t start = 0) {
+  Meta m{{start}, {int64_t(lens.size()) + 1}, false};
+  for (int64_t l : lens) m.v.push_back(m.v.back() + l);
+  return m;
+}
+Meta lengths_of(const std::vector<int64_t>& lens) { return {lens, {int64_t(lens.size())}, true}; }
+int64_t total(const std::vector<int64_t>& lens) {
+  int64_t s = 0;
+  for (int64_t l : lens) s += l;
+  return s;
+}
+
+const DType kIndexTypes[] = {DType::Int32, DType::Int64};
+// Flat tiles of 512 (4- and 8-byte) and 1024 (16-bit) merge items.
+const DType kDataTypes[] = {DType::Float32, DType::BFloat16, DType::Float64, DType::Float16};
+
+TEST(CudaSegmentReducePrepare, SmallAwkwardMetadata) {
+  SEGRED_NEED_GPU();
+  const std::vector<int64_t> ends_empty{0, 0, 5, 0, 3, 1, 0, 0};
+  for (DType it : kIndexTypes)
+    for (bool unsafe : {false, true}) {
+      // Empty segments at start and end, lengths and offsets.
+      expect_prepare({9}, 0, DType::Float32, lengths_of(ends_empty), it, unsafe);
+      expect_prepare({9}, 0, DType::Float32, offsets_of(ends_empty), it, unsafe);
+      // Offsets not starting at 0, ending before L (both ghosts non-empty).
+      expect_prepare({12}, 0, DType::Float32, Meta{{3, 5, 5, 9}, {4}, false}, it, unsafe);
+      // One segment; no segment at all (offsets: one entry; lengths: unsafe
+      // only, since safe lengths must sum to L); lengths short of L (unsafe).
+      expect_prepare({7}, 0, DType::Float32, lengths_of({7}), it, unsafe);
+      expect_prepare({7}, 0, DType::Float32, Meta{{4}, {1}, false}, it, unsafe);
+      if (unsafe) {
+        expect_prepare({7}, 0, DType::Float32, Meta{{}, {0}, true}, it, unsafe);
+        expect_prepare({12}, 0, DType::BFloat16, lengths_of({2, 3}), it, unsafe);
+      }
+      // Features (32-item tiles), axis 0.
+      expect_prepare({9, 5}, 0, DType::Float32, offsets_of(ends_empty), it, unsafe);
+    }
+}
+
+TEST(CudaSegmentReducePrepare, RandomMetadataEveryTileSize) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (DType dt : kDataTypes)
+    for (DType it : kIndexTypes) {
+      // ~5000 segments (5 scan tiles), lengths 0-40 with empty runs.
+      std::vector<int64_t> lens(5000);
+      for (auto& l : lens) l = rng() % 5 == 0 ? 0 : int64_t(rng() % 41);
+      const int64_t T = total(lens), L = T + 17;  // offsets: leading or trailing ghost of 17
+      expect_prepare({T}, 0, dt, lengths_of(lens), it, false);
+      expect_prepare({L}, 0, dt, offsets_of(lens), it, false);
+      expect_prepare({L}, 0, dt, offsets_of(lens, 17), it, true);  // valid, unsafe: no drop, scan returns at once
+      expect_prepare({T, 3}, 0, dt, lengths_of(lens), it, false);  // features
+    }
+}
+
+// Batched metadata on axis > 0: rows of different totals, row edges inside scan
+// tiles and merge tiles.
+TEST(CudaSegmentReducePrepare, BatchedAxisOne) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const int64_t R = 3, S = 1500;
+  std::vector<std::vector<int64_t>> rows(R, std::vector<int64_t>(S));
+  int64_t L = 0;
+  for (auto& row : rows) {
+    for (auto& l : row) l = int64_t(rng() % 9);
+    L = std::max(L, total(row));
+  }
+  L += 4;
+  Meta lm{{}, {R, S}, true}, om{{}, {R, S + 1}, false};
+  for (auto& row : rows) {
+    int64_t o = int64_t(rng() % 5);  // offsets not starting at 0, rows ending before L
+    om.v.push_back(o);
+    for (int64_t l : row) om.v.push_back(o = std::min(o + l, L));
+    row.back() += L - total(row);  // lengths rows sum to L (the last segment of each row takes the rest)
+    lm.v.insert(lm.v.end(), row.begin(), row.end());
+  }
+  for (DType it : kIndexTypes)
+    for (bool unsafe : {false, true}) {
+      expect_prepare({R, L}, 1, DType::Float32, lm, it, unsafe);
+      expect_prepare({R, L}, 1, DType::BFloat16, om, it, unsafe);
+      expect_prepare({R, L, 2}, 1, DType::Float32, lm, it, unsafe);
+      expect_prepare({R, L, 8}, 1, DType::BFloat16, om, it, unsafe);
+    }
+}
+
+// One huge segment beside 1M segments of 1 (first or last): many merge tiles
+// inside one segment, ~1000 scan tiles of look-back.
+TEST(CudaSegmentReducePrepare, HugeSegmentBesideOneMillionOnes) {
+  SEGRED_NEED_GPU();
+  const int64_t huge = int64_t(1) << 22, ones = int64_t(1) << 20;
+  for (bool huge_first : {true, false}) {
+    std::vector<int64_t> lens(size_t(ones), 1);
+    lens.insert(huge_first ? lens.begin() : lens.end(), huge);
+    const int64_t L = huge + ones;
+    for (DType it : kIndexTypes) {
+      expect_prepare({L}, 0, DType::Float32, lengths_of(lens), it, false);
+      expect_prepare({L}, 0, DType::BFloat16, offsets_of(lens), it, true);
+      expect_prepare({L}, 0, DType::Float32, offsets_of(lens), it, false);
+    }
+  }
+}
+
+// The prod backward has no tiles and a 64-bit q.
+TEST(CudaSegmentReducePrepare, ProdBackwardQ64) {
+  SEGRED_NEED_GPU();
+  for (DType it : kIndexTypes)
+    for (bool unsafe : {false, true}) {
+      expect_prepare({13}, 0, DType::Float32, lengths_of({0, 4, 0, 9, 0}), it, unsafe, Reduce::Prod, Direction::Bwd);
+      expect_prepare({20, 3}, 0, DType::Float32, offsets_of({0, 4, 0, 9, 0}, 2), it, unsafe, Reduce::Prod,
+                     Direction::Bwd);
+    }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ValueError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no error";
+}
+
+// Invalid metadata: safe calls raise the CPU's error; unsafe calls build the
+// clamped q, with drops of the offsets at scan-tile edges (1024 items), inside a
+// thread's 4 items, at the last item, hidden by the clamp; negative, huge and
+// saturating lengths.
+TEST(CudaSegmentReducePrepare, InvalidMetadata) {
+  SEGRED_NEED_GPU();
+  for (DType it : kIndexTypes) {
+    const Meta bad[] = {{{3, -1, 8}, {3}, true}, {{0, 7, 3, 10}, {4}, false}, {{-1, 3, 10}, {3}, false},
+                        {{0, 3, 11}, {3}, false}};
+    for (const Meta& m : bad) {
+      const Tensor data_h = filled({10}, DType::Float32, 1.0);
+      Segments sh, sd;
+      const Tensor mh = make_index(m.v, m.shape, it), md = dev(mh);
+      (m.lengths ? sh.lengths : sh.offsets) = mh.view();
+      (m.lengths ? sd.lengths : sd.offsets) = md.view();
+      const std::string cpu = error_of([&] { segment_reduce(data_h, Reduce::Sum, sh); });
+      const Tensor data = dev(data_h);
+      const std::string gpu = error_of([&] { cuda::probe_merge_space(data.view(), sd); });
+      EXPECT_NE(cpu, "no error");
+      EXPECT_EQ(gpu, cpu);
+      expect_prepare({10}, 0, DType::Float32, m, it, true);
+    }
+    const int64_t k = 5000, L = 3 * k;
+    for (int64_t at : {int64_t(1024), int64_t(2047), int64_t(2048), int64_t(1006), k - 1, int64_t(-1), int64_t(-2)}) {
+      Meta m{std::vector<int64_t>(size_t(k)), {k}, false};
+      for (int64_t i = 0; i < k; ++i) m.v[size_t(i)] = 3 * i;
+      if (at >= 0) m.v[size_t(at)] -= 7;
+      if (at == -2) {  // above L and dropping: clamped, no drop
+        m.v[size_t(k - 2)] = L + 50;
+        m.v[size_t(k - 1)] = L + 10;
+      }
+      SCOPED_TRACE(::testing::Message() << "drop at " << at);
+      expect_prepare({L}, 0, DType::Float32, m, it, true);
+      expect_prepare({L, 2}, 0, DType::BFloat16, m, it, true);
+    }
+    Meta lm{{}, {4000}, true};
+    for (int64_t i = 0; i < 4000; ++i)
+      lm.v.push_back(i % 97 == 0 ? -5 : (i % 1777 == 0 ? (it == DType::Int32 ? (int64_t(1) << 30) : (int64_t(1) << 40)) : i % 7));
+    expect_prepare({9000}, 0, DType::Float32, lm, it, true);  // saturates at L mid-way
+    Meta bm{{}, {3, 1201}, false};                            // batched, unsafe, drops in rows 1 and 2
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t i = 0; i <= 1200; ++i) bm.v.push_back(r == 0 ? i : (i == 600 + r ? 5 : 2 * i - 40));
+    expect_prepare({3, 2000}, 1, DType::Float32, bm, it, true);
+  }
+}
+
+// unsafe = true never synchronises: the whole call (prepare included) is
+// captured into a CUDA graph, which a synchronisation or a device-to-host copy
+// would break; the replay equals the eager call.
+TEST(CudaSegmentReducePrepare, UnsafeCallIsGraphCapturable) {
+  SEGRED_NEED_GPU();
+  const int64_t k = 3000, L = 3 * k;
+  std::vector<double> x(static_cast<size_t>(L));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = double(int64_t(i * 7 % 11) - 5);
+  const Tensor d = dev(make_tensor(x, {L}, DType::Float32));
+  std::vector<int64_t> offs(static_cast<size_t>(k)), lens(static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    offs[size_t(i)] = i == 1500 ? 3 * i - 8 : 3 * i;  // one drop: the scan runs inside the graph
+    lens[size_t(i)] = i % 5;
+  }
+  for (bool lengths : {false, true}) {
+    SCOPED_TRACE(lengths ? "lengths" : "offsets");
+    const Tensor md = dev(make_index(lengths ? lens : offs, {k}, DType::Int64));
+    Segments sd;
+    (lengths ? sd.lengths : sd.offsets) = md.view();
+    sd.unsafe = true;
+    const Tensor want = host(segment_reduce(d, Reduce::Sum, sd));  // also warms every cache
+    Tensor out = Tensor::empty(want.sizes(), DType::Float32, kGpu);
+    ASSERT_EQ(cudaMemset(out.data(), 0xff, size_t(out.numel()) * 4), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t g = nullptr;
+    std::string err;
+    cudaError_t e;
+    {
+      StreamGuard guard(s);
+      ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
+      err = error_of([&] { segment_reduce_out(d, Reduce::Sum, sd, out); });
+      e = cudaStreamEndCapture(s, &g);
+    }
+    EXPECT_EQ(err, "no error");
+    ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+    cudaGraphExec_t ge = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(ge, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    const auto a = to_vec(want), b = to_vec(host(out));
+    EXPECT_EQ(a, b);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+  }
+}
+
+}  // namespace
+}  // namespace segred::testing
+
+#endif  // SEGRED_WITH_CUDA
