@@ -80,6 +80,22 @@ SEGRED_HD float ss_exp(float x) {
 #endif
 }
 SEGRED_HD double ss_exp(double x) { return ::exp(x); }
+// exp of the statistics only (online update, piece sums, merges): the argument is
+// <= 0 and the result only ever adds to (or scales) a sum that is >= 1 wherever
+// it is used, so on the device float drops exp2f's subnormal fix-up (3 of its 5
+// instructions per call: ex2.approx.ftz, as the dense softmax's 16-bit forward):
+// an e < 2^-126 flushed to 0 changes no sum. The output's exp (Pol::apply) stays
+// ss_exp, so a subnormal softmax output stays subnormal.
+SEGRED_HD float ss_exp_stat(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+#else
+  return std::exp(x);
+#endif
+}
+SEGRED_HD double ss_exp_stat(double x) { return ::exp(x); }
 SEGRED_HD float ss_log(float x) { return ::logf(x); }
 SEGRED_HD double ss_log(double x) { return ::log(x); }
 
@@ -106,11 +122,17 @@ struct Pol {
     if constexpr (kFwd) return Stat{-inf(), A(0)};
     else return A(0);
   }
-  static SEGRED_HD A rescale(A from, A to) { return from == to ? A(1) : ss_exp(from - to); }
+  // Merge with one exp: e = exp(-|a.m - b.m|) scales the side with the smaller
+  // max; the larger side keeps its sum (factor 1 exactly). Equal maxima (+inf
+  // with +inf, -inf with -inf: a.m - b.m would be NaN) take e = 1, so two all
+  // -inf parts merge to (-inf, 0); -inf against a finite max: exp(-inf) = 0.
+  // m is never NaN; a NaN s stays NaN through * and +.
   static SEGRED_HD Stat combine(const Stat& a, const Stat& b) {
     if constexpr (kFwd) {
-      const A m = a.m > b.m ? a.m : b.m;  // never NaN
-      return Stat{m, a.s * rescale(a.m, m) + b.s * rescale(b.m, m)};
+      const bool agt = a.m > b.m;
+      const A d = a.m - b.m;
+      const A e = a.m == b.m ? A(1) : ss_exp_stat(agt ? -d : d);
+      return agt ? Stat{a.m, a.s + b.s * e} : Stat{b.m, a.s * e + b.s};
     } else {
       return a + b;
     }
@@ -124,7 +146,7 @@ struct Pol {
     if constexpr (kFwd) {
       const bool gt = v0 > t.m, eq = v0 == t.m, skip = v0 == -inf();
       const A d = v0 - t.m;
-      const A e = ss_exp(d < A(0) ? d : -d);  // -|x - m|; NaN stays NaN
+      const A e = ss_exp_stat(d < A(0) ? d : -d);  // -|x - m|; NaN stays NaN
       const A s = gt ? t.s * e + A(1) : t.s + (eq ? A(1) : e);
       t.s = skip ? t.s : s;
       t.m = gt ? v0 : t.m;
@@ -204,6 +226,10 @@ Params<Idx> params_of(const detail::SegmentSoftmaxGeometry& g, int64_t S, int64_
 template <class Idx>
 SEGRED_HD bool real_segment(Idx v, Idx S, Idx U, Idx& o) {
   if (v < 1 || v >= U) return false;
+  if (v - 1 <= S) {  // first outer row (every segment of a 1-D problem): no division
+    o = v - 1;
+    return v - 1 < S;
+  }
   const Idx r = (v - 1) / (S + 1), s = (v - 1) - r * (S + 1);
   o = r * S + s;
   return s < S;
@@ -460,7 +486,7 @@ SEGRED_HD void piece_stat(const Params<Idx>& p, const Tile<Idx>& t, const Smem& 
     for (int r = r0; r < r1; ++r) {
       A v[V];
       read_row<T, A, Cv, V>(s0, t.pad + r * p.width + fl * V, v);
-      for (int i = 0; i < V; ++i) s[i] += v[i] == eq[i] ? A(1) : ss_exp(v[i] - base[i]);
+      for (int i = 0; i < V; ++i) s[i] += v[i] == eq[i] ? A(1) : ss_exp_stat(v[i] - base[i]);
     }
     for (int i = 0; i < V; ++i) out[i] = typename P::Stat{m[i], s[i]};
   } else {
@@ -659,52 +685,86 @@ SEGRED_HD void publish(Lane<typename Pol<K, A>::Stat, V>& ln, const Params<Idx>&
 // the walk already wrote (skipped), the open piece (total from the chunk that
 // closes it). Rows of deferred segments (crossing a tile edge) are left alone:
 // the copy-out skips them, the crossing pass writes them; ghost rows get zeros.
+// Every piece's constants (P::prep: IEEE 1/s or log s, real_segment, the closing
+// chunk's total) are computed BEFORE the loop: a piece ends at a different row in
+// each lane, so inside the loop the warp ran that epilogue once per distinct row
+// (ncu, GAT 8 heads fp32: the open piece's epilogue ~4.9 times per warp, ~14% of
+// the kernel's instructions); the loop now only moves registers at a piece end.
 template <SsKind K, class T, class A, class Cv, int V, class Idx, int NF>
 SEGRED_HD void write_edges(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Params<Idx>& p, const Tile<Idx>& t,
                            const Smem& sm, int tid) {
   using P = Pol<K, A>;
   using Stat = typename P::Stat;
+  using Prep = typename P::Prep;
+  constexpr int NQ = NF > 0 ? NF : 1;
   if (!ln.active) return;
   const int fl = tid % p.lanes;
   auto deferred = [&](int k) { return k == t.ns || (k == 0 && t.cross_in); };
-  typename P::Prep pr[V];
-  bool write = false, real = false;
-  auto piece = [&](int k, const Stat (&st)[V]) {
+  // Constants of segment k's piece from its statistics st: real (else zeros),
+  // write (else left to the crossing pass).
+  auto piece = [&](int k, const Stat (&st)[V], Prep (&pr)[V], bool& real, bool& write) {
     Idx o;
     real = real_segment(t.i0 + Idx(k), p.S, p.U, o);
     write = !real || !deferred(k);
+    for (int i = 0; i < V; ++i) pr[i] = Prep{A(0), A(0)};
     if (real && write)
       for (int i = 0; i < V; ++i) pr[i] = P::prep(st[i]);
   };
+  // The open piece: total from the chunk that closes it (tile-local).
+  Prep po[V];
+  bool realo = false, writeo = false;  // no open piece: not written (every row is in a run before it)
+  for (int i = 0; i < V; ++i) po[i] = Prep{A(0), A(0)};
+  if (ln.last_open) {
+    Stat tot[V];
+    for (int i = 0; i < V; ++i) tot[i] = P::identity();
+    if (!deferred(ln.kl)) {
+      const int cend = (int(sm.ends()[ln.kl]) - 1) / p.chunk_rows;
+      for (int i = 0; i < V; ++i) tot[i] = sm.stats<Stat>()[(cend * p.lanes + fl) * V + i];
+    }
+    piece(ln.kl, tot, po, realo, writeo);
+  }
+  // The kept middle pieces, in row order; flags as bits (slot j: bit j).
+  Prep qp[NQ][V];
+  int qreal = 0, qwrite = 0;
+  for (int j = 0; j < NQ; ++j) {  // static indices: the slots stay in registers
+    for (int i = 0; i < V; ++i) qp[j][i] = Prep{A(0), A(0)};
+    if (j < ln.nq) {
+      bool rj = false, wj = false;
+      piece(ln.qk[j], ln.qv[j], qp[j], rj, wj);
+      qreal |= int(rj) << j;
+      qwrite |= int(wj) << j;
+    }
+  }
+  Prep pr[V];
+  for (int i = 0; i < V; ++i) pr[i] = Prep{A(0), A(0)};
+  bool write = false, real = false;
   int hi = ln.a;  // end of the current run of rows
   if (ln.first_closed) {
     hi = ln.first_end;
-    piece(ln.kf, ln.pf);
+    piece(ln.kf, ln.pf, pr, real, write);
   }
   for (int r = ln.a; r < ln.b; ++r) {
     while (r == hi) {  // next run (each is non-empty, so this ends)
       if (ln.nq > 0) {
         hi = ln.qend[0];
-        piece(ln.qk[0], ln.qv[0]);
+        for (int i = 0; i < V; ++i) pr[i] = qp[0][i];
+        real = (qreal & 1) != 0;
+        write = (qwrite & 1) != 0;
         for (int j = 0; j + 1 < NF; ++j) {  // shift: slot 0 is always the next one
           ln.qend[j] = ln.qend[j + 1];
-          ln.qk[j] = ln.qk[j + 1];
-          for (int i = 0; i < V; ++i) ln.qv[j][i] = ln.qv[j + 1][i];
+          for (int i = 0; i < V; ++i) qp[j][i] = qp[j + 1][i];
         }
+        qreal >>= 1;
+        qwrite >>= 1;
         --ln.nq;
       } else if (r == ln.ovf) {  // written by the walk
         hi = ln.last_open ? ln.last_start : ln.b;
         write = false;
       } else {  // the open piece (r == last_start)
         hi = ln.b;
-        Stat tot[V];
-        for (int i = 0; i < V; ++i) tot[i] = P::identity();
-        if (ln.last_open && !deferred(ln.kl)) {  // the chunk that closes kl has its total
-          const int cend = (int(sm.ends()[ln.kl]) - 1) / p.chunk_rows;
-          for (int i = 0; i < V; ++i) tot[i] = sm.stats<Stat>()[(cend * p.lanes + fl) * V + i];
-        }
-        piece(ln.kl, tot);
-        if (!ln.last_open) write = false;  // (every row is in a run above)
+        for (int i = 0; i < V; ++i) pr[i] = po[i];
+        real = realo;
+        write = writeo;
       }
     }
     if (!write) continue;

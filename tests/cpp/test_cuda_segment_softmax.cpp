@@ -254,6 +254,37 @@ TYPED_TEST(CudaSegmentSoftmax, ShortSegmentsDenseSpecials) {
     }
 }
 
+// Segments laid on the tile kernel's chunk grid (E rows per chunk, from the
+// forward geometry the launch plans): exactly one chunk, one chunk and one row,
+// one row short, empty, one row, runs of one-row segments (middle pieces past
+// those a lane keeps), two chunks, repeated over many tiles (the grid drifts by
+// the segment ends a tile holds, so every offset is reached); dense specials
+// per (segment, feature). The row pass computes every piece's constants before
+// its loop: a wrong one shows here at every position in the chunk.
+TYPED_TEST(CudaSegmentSoftmax, ChunkGridPieces) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(909);
+  const DType t = dtype_of<TypeParam>();
+  int n = 0;
+  for (int64_t F : {1, 4, 8})
+    for (int ghosts = 0; ghosts < 2; ++ghosts, ++n) {
+      const SegmentSoftmaxProblem prob{Backend::CUDA, Direction::Fwd, SegmentSoftmaxOp::Softmax, t, 1, 1, F, 1};
+      const int64_t E = detail::segment_softmax_geometry(prob).chunk_rows;
+      const int64_t pat[] = {E, E + 1, E - 1, 0, 1, E - 1, 1, 1, 1, 0, 1, E > 4 ? E - 4 : 0, 2 * E, 0, E, 1, 1,
+                             E > 2 ? E - 2 : 0, E};
+      Case c;
+      c.F = F;
+      c.name = "chunk grid E=" + std::to_string(E) + " F=" + std::to_string(F) + (ghosts ? " +ghosts" : "");
+      int64_t o = ghosts ? 3 : 0;
+      c.off.push_back(o);
+      for (int rep = 0; rep < 160; ++rep)
+        for (int64_t v : pat) c.off.push_back(o += v);
+      c.S = int64_t(c.off.size()) - 1;
+      c.L = o + (ghosts ? 5 : 0);
+      check_kinds(c, t, ghosts == 1, n % 2 == 1, rng, false, true);
+    }
+}
+
 // Awkward sizes, segments of one, empty segments, degenerate layouts (float32).
 TEST(CudaSegmentSoftmaxLayouts, AwkwardAndDegenerate) {
   SKIP_WITHOUT_GPU();

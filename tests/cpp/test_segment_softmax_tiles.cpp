@@ -309,5 +309,61 @@ TYPED_TEST(SegmentSoftmaxTiles, LockStepWalkShortSegmentsDenseSpecials) {
   }
 }
 
+// Segments laid on the walk's chunk grid (E rows per chunk; the first tile's
+// chunks start at multiples of E): exactly one chunk from its first row, one
+// chunk and one row (crossing by one), one row short of a chunk, empty, one row,
+// runs of one-row segments (several middle pieces in a chunk, more than a lane
+// keeps in registers), two chunks; then a random run of those lengths; ghost rows
+// after the last segment or none. With dense specials (a segment all -inf, a NaN,
+// +inf once or twice, -inf beside finite values, a +-60 spread, per (segment,
+// feature)) and without. E comes from kind K's own geometry (the backward kinds
+// stage two arrays: shorter tiles, other E). Exercises the row pass's piece
+// constants computed before its loop: first piece, kept middle pieces, the rows
+// the walk wrote, the open piece, at every position in the chunk.
+template <SsKind K, class T>
+void check_chunk_grid(int64_t F, const Config& cfg, std::mt19937_64& rng, bool ghosts, bool wide, bool dense) {
+  const SegmentSoftmaxProblem prob{Backend::CUDA, is_bwd(K) ? Direction::Bwd : Direction::Fwd, op_of(K),
+                                   dtype_of<T>(), 1, 1, F, 1};
+  const auto g = detail::segment_softmax_geometry(prob, cfg.aligned, cfg.block, cfg.max_items);
+  const int64_t E = g.chunk_rows;
+  auto nn = [](int64_t v) { return v > 0 ? v : int64_t(0); };
+  std::vector<int64_t> lens = {E, E + 1, E - 1, 0, 1, nn(E - 1), 1, 1, 1, 0, 1, nn(E - 4), 2 * E, 0, E, 1, 1, nn(E - 2), E};
+  const int64_t pick_from[] = {0, 1, 1, 2, 3, nn(E - 1), E, E + 1, 2 * E};
+  std::uniform_int_distribution<int> pick(0, int(sizeof(pick_from) / sizeof(pick_from[0])) - 1);
+  for (int i = 0; i < 60; ++i) lens.push_back(pick_from[size_t(pick(rng))]);
+  Case c;
+  c.outer = 1;
+  c.F = F;
+  c.S = int64_t(lens.size());
+  c.name = "chunk grid E=" + std::to_string(E) + " F=" + std::to_string(F) + (ghosts ? " +ghosts" : "") +
+           (dense ? " dense specials" : "");
+  int64_t o = 0;
+  c.off.push_back(0);
+  for (auto v : lens) c.off.push_back(o += v);
+  c.L = o + (ghosts ? 5 : 0);
+  check_kind<K, T>(c, rng, cfg, false, wide, dense);
+}
+
+TYPED_TEST(SegmentSoftmaxTiles, ChunkGridPieces) {
+  std::mt19937_64 rng(seed_of("chunkgrid") ^ sizeof(TypeParam));
+  int n = 0;
+  for (int64_t F : {1, 2, 4, 8, 64}) {
+    if (sizeof(TypeParam) < 4 && F == 2) continue;
+    for (Config cfg : {Config{256, 0, true}, Config{64, 0, false}, Config{32, 0, true}, Config{128, 150, true},
+                       Config{256, 40, false}})
+      for (int v = 0; v < 4; ++v, ++n) {
+        SCOPED_TRACE("F " + std::to_string(F) + " block " + std::to_string(cfg.block) + " items " +
+                     std::to_string(cfg.max_items));
+        const bool ghosts = v & 1, dense = v & 2, wide = n % 3 == 0;
+        check_chunk_grid<SsKind::SoftmaxFwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
+        check_chunk_grid<SsKind::LogSoftmaxFwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
+        check_chunk_grid<SsKind::LseFwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
+        check_chunk_grid<SsKind::SoftmaxBwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
+        check_chunk_grid<SsKind::LogSoftmaxBwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
+        check_chunk_grid<SsKind::LseBwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
+      }
+  }
+}
+
 }  // namespace
 }  // namespace segred::testing::ss
