@@ -24,14 +24,20 @@ namespace {
 // (rows of 512 B in float32) while D <= 512, the tile then in L2 between the two
 // passes; a longer D makes that tile spill anyway, and rows `inner` apart that
 // are only 512 B long read slowly (a new page per row, which the hardware
-// prefetcher does not follow), so there W = 1024 (4 KiB rows), the backward's
-// tile in L3, and the forward's tile of exps (accumulation type) kept near 4 MiB
-// (W down to 128 for D = 8192).
+// prefetcher does not follow), so there W = 1024 (4 KiB rows) for the backward,
+// its tile in L3. The forward with D > 512 (session 5, interleaved pairs on the
+// host): W = 128 while its [D, 128] tiles of x and of the exps (accumulation
+// type) fit in 1 MiB, half of L2 (D <= 1024 in float32: [32, 1000, 4096] 11.0
+// -> 12.1 GB/s against W = 1024); past that the tile of exps kept near 4 MiB
+// but at least 256 columns wide (1 KiB rows: [8192, 8192] dim 0 8.7 -> 9.6
+// GB/s against W = 128).
 constexpr int64_t kL1Block = 16 * 1024;
 constexpr int64_t kTileCols = 128;
 constexpr int64_t kLongDim = 512;
 constexpr int64_t kWideCols = 1024;
 constexpr int64_t kLongTileBytes = int64_t(4) << 20;
+constexpr int64_t kL2TileBytes = int64_t(1) << 20;
+constexpr int64_t kL3TileMinCols = 256;
 
 const char* op_name(bool log, Direction d) {
   if (d == Direction::Fwd) return log ? "log_softmax" : "softmax";
@@ -63,10 +69,12 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 
 // CPU plan. One path per (op, direction, inner == 1 or not), 64-bit indices.
 // Worked example, softmax forward float32 over dim 1 of [32, 1000, 4096]:
-// inner = 4096 > 1: spatial; D = 1000 > 512: W = 4 MiB / (4 B * 1000) = 1048 ->
-// 1024 (a multiple of 16, at most 1024): 32 outer indices x 4 tiles = 128 work
-// items of a [1000, 1024] tile. Over dim 1 of [64, 256, 56, 56]: W = 128. Over
-// dim -1 of [16384, 4096]: lastdim, blocks of 16 KiB / 4 B = 4096.
+// inner = 4096 > 1: spatial; D = 1000 > 512, and 1000 * 128 * (4 + 4) B <= 1 MiB:
+// W = 128, 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile
+// (the backward: W = 1024, 128 items). Over dim 0 of [8192, 8192]: 8192 * 128 *
+// 8 B > 1 MiB: W = 4 MiB / (4 B * 8192) = 128 -> at least 256. Over dim 1 of
+// [64, 256, 56, 56]: W = 128. Over dim -1 of [16384, 4096]: lastdim, blocks of
+// 16 KiB / 4 B = 4096.
 Plan plan_softmax(const SoftmaxProblem& p) {
 #ifdef SEGRED_WITH_CUDA
   // CUDA plan: the pure work split of src/core/softmax_geometry.h (lastdim_warp,
@@ -102,7 +110,9 @@ Plan plan_softmax(const SoftmaxProblem& p) {
     int64_t w = kTileCols;
     if (p.dim_size > kLongDim) {
       const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
-      w = fwd ? std::clamp<int64_t>(kLongTileBytes / acc / p.dim_size / 16 * 16, kTileCols, kWideCols) : kWideCols;
+      if (!fwd) w = kWideCols;
+      else if (p.dim_size <= kL2TileBytes / (kTileCols * (acc + es))) w = kTileCols;
+      else w = std::clamp<int64_t>(kLongTileBytes / acc / p.dim_size / 16 * 16, kL3TileMinCols, kWideCols);
     }
     plan.chunk = std::min(w, p.inner);
   }

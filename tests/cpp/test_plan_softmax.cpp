@@ -99,7 +99,7 @@ TEST(SoftmaxPlan, DimsOfOneAndTwo) {
 
 // The worked examples in plan_softmax's comment, and the chunk rules.
 TEST(SoftmaxPlan, ChunkRules) {
-  EXPECT_EQ(plan_for({32, 1000, 4096}, 1).chunk, 1024);
+  EXPECT_EQ(plan_for({32, 1000, 4096}, 1).chunk, 128);
   EXPECT_EQ(plan_for({16384, 4096}, -1).chunk, 4096);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::Float64).chunk, 2048);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::BFloat16).chunk, 8192);
@@ -107,13 +107,23 @@ TEST(SoftmaxPlan, ChunkRules) {
   // D <= 512: 128 columns, both directions.
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1).chunk, 128);
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 128);
-  // D > 512: rows of 1024 columns (backward); the forward's tile of exps ~4 MiB.
+  // D > 512: rows of 1024 columns (backward). The forward: 128 columns while the
+  // [D, 128] tiles of x and of the exps fit in 1 MiB, else the tile of exps ~4 MiB
+  // and at least 256 columns.
   EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Bwd).chunk, 1024);
-  EXPECT_EQ(plan_for({8192, 8192}, 0).chunk, 128);
-  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Fwd, false, DType::Float64).chunk, 128);
+  EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Fwd, true).chunk, 128);
+  EXPECT_EQ(plan_for({4, 1024, 4096}, 1).chunk, 128);    // 1024 * 128 * 8 B = 1 MiB: fits
+  EXPECT_EQ(plan_for({4, 1025, 4096}, 1).chunk, 1008);   // 4 MiB / (4 B * 1025) = 1023 -> 1008
+  EXPECT_EQ(plan_for({4, 1365, 4096}, 1, Direction::Fwd, false, DType::Float16).chunk, 128);  // 6 B per value
+  EXPECT_EQ(plan_for({4, 1366, 4096}, 1, Direction::Fwd, false, DType::BFloat16).chunk, 752);
+  EXPECT_EQ(plan_for({4, 1000, 4096}, 1, Direction::Fwd, false, DType::Float64).chunk, 512);  // 16 B per value
+  EXPECT_EQ(plan_for({8192, 8192}, 0).chunk, 256);
+  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Bwd).chunk, 1024);
+  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Fwd, false, DType::Float64).chunk, 256);
   EXPECT_EQ(plan_for({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 512);
-  // Huge D: the tile stays at least 128 columns wide.
-  EXPECT_EQ(plan_for({1, k2_32, 1000}, 1).chunk, 128);
+  EXPECT_EQ(plan_for({1000, 100}, 0).chunk, 100);  // never wider than inner
+  // Huge D: the forward's tile stays at least 256 columns wide.
+  EXPECT_EQ(plan_for({1, k2_32, 1000}, 1).chunk, 256);
   // Plans are values: equal for equal problems, printable.
   EXPECT_EQ(plan_for({8, 4, int64_t(1) << 24}, 1), plan_for({8, 4, int64_t(1) << 24}, 1));
   EXPECT_NE(plan_for({8, 4, 16}, 1).to_string().find("softmax.fwd.cpu.spatial.i64"), std::string::npos);

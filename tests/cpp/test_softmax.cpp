@@ -305,6 +305,77 @@ TYPED_TEST(SoftmaxDtype, LongRowsAcrossBlocksAgainstReference) {
   }
 }
 
+// The spatial forward's tile widths (plan_softmax, session 5): a long D takes
+// W = 128 while the [D, 128] tiles of x and of the exps fit in 1 MiB, else at
+// least 256 columns; a short D (one statistics block per tile) prefetches the
+// tile two ahead. Shapes that reach each branch (the plan is asserted), with a
+// partial last tile, tiles across outer indices, special values in late blocks
+// and in the partial tile, on every ISA build with both store modes, and a
+// non-contiguous input equal to its contiguous copy.
+TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
+  using T = TypeParam;
+  IsaAndStreamScope restore;
+  Rng rng;
+  SEED_TRACE(rng);
+  const DType dt = dtype_of<T>();
+  const bool f64 = dt == DType::Float64;
+  struct Case {
+    Shape shape;
+    int64_t w;  // the forward plan's tile width
+  };
+  const std::vector<Case> cases = {
+      {{2, 1000, 300}, f64 ? 300 : 128},  // fits 1 MiB (float64: 4 MiB / (8 B * 1000) -> 512, at most inner)
+      {{1, 4100, 260}, 256},              // 4 MiB / (4 B * 4100) = 255 -> 240 -> at least 256; partial tile of 4
+      {{3, 3, 700}, 128},                 // D = 3: one block per tile, 5 whole tiles and one of 60
+  };
+  std::vector<std::vector<double>> xs, gs;
+  for (const Case& c : cases) {
+    EXPECT_EQ(plan_softmax(make_softmax_problem(c.shape, 1, dt)).chunk, c.w) << shape_string(c.shape);
+    const int64_t O = c.shape[0], D = c.shape[1], I = c.shape[2];
+    auto x = rng.values(size_t(O * D * I), 6.0);
+    auto at = [&](int64_t o, int64_t d, int64_t j) -> double& { return x[size_t((o * D + d) * I + j)]; };
+    const int64_t last = O - 1, pj = I - 2;  // pj: a column of the partial last tile
+    for (int64_t d = 0; d < D; ++d) {
+      if (d < D / 2 + 1) at(0, d, 5) = -kInf;  // -inf prefix across blocks
+      at(last, d, pj) = -kInf;                // all -inf: NaN
+    }
+    at(0, D - 1, 130) = 40.0;   // the max in the last block (second tile)
+    at(0, D - 2, 7) = kInf;     // +inf late: NaN
+    at(last, D - 1, 9) = kNaN;  // NaN in the last row: NaN
+    at(last, 0, pj - 1) = kNaN;
+    xs.push_back(x);
+    gs.push_back(rng.grads(x.size()));
+  }
+  for (cpu::SoftmaxIsa isa : runnable_isas())
+    for (int mode : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << (mode == 2 ? ", streaming stores" : ""));
+      cpu::softmax_isa_cap() = int(isa);
+      cpu::softmax_stream_mode() = mode;
+      for (size_t k = 0; k < cases.size(); ++k) check_against_reference<T>(decompose(cases[k].shape, 1), xs[k], gs[k]);
+    }
+  // Non-contiguous: the [1, 4100, 260] case read through a view with D and inner
+  // swapped in storage (logical [1, 4100, 260] over storage [1, 260, 4100]).
+  const Case& c = cases[1];
+  const int64_t D = c.shape[1], I = c.shape[2];
+  std::vector<T> st(size_t(D * I)), gst(size_t(D * I));
+  for (int64_t d = 0; d < D; ++d)
+    for (int64_t j = 0; j < I; ++j) {
+      st[size_t(j * D + d)] = from_double<T>(xs[1][size_t(d * I + j)]);
+      gst[size_t(j * D + d)] = from_double<T>(gs[1][size_t(d * I + j)]);
+    }
+  const TensorView xv(st.data(), dt, c.shape, {D * I, 1, D}), gv(gst.data(), dt, c.shape, {D * I, 1, D});
+  ASSERT_FALSE(xv.is_contiguous());
+  const Tensor xc = Tensor::contiguous_copy(xv), gc = Tensor::contiguous_copy(gv);
+  for (bool log : {false, true}) {
+    SCOPED_TRACE(log ? "log_softmax, non-contiguous" : "softmax, non-contiguous");
+    const Tensor y = log ? log_softmax(xv, 1) : softmax(xv, 1), yc = log ? log_softmax(xc, 1) : softmax(xc, 1);
+    ASSERT_EQ(0, std::memcmp(y.data(), yc.data(), size_t(y.numel()) * sizeof(T)));
+    const Tensor gi = log ? log_softmax_backward(gv, y, 1) : softmax_backward(gv, y, 1);
+    const Tensor gic = log ? log_softmax_backward(gc, yc, 1) : softmax_backward(gc, yc, 1);
+    ASSERT_EQ(0, std::memcmp(gi.data(), gic.data(), size_t(gi.numel()) * sizeof(T)));
+  }
+}
+
 // Outputs poisoned with NaN before the call; finite inputs, so every element
 // must come back finite and right: proves every element was written.
 TYPED_TEST(SoftmaxDtype, PoisonedOutputsAreFullyWritten) {

@@ -1,0 +1,92 @@
+// Tile-width sweep of the CPU spatial softmax (helper tool, not in CMake): runs
+// segred::cpu::softmax_fwd / softmax_bwd with plan.chunk forced to each W given,
+// median of 7 calls, GB/s as cpu_bench_softmax.cpp counts bytes (fwd 2 x tensor,
+// bwd 3 x tensor) and % of a 1 GiB 2-thread copy measured here.
+// Build (from the repo root, after building libsegred.a in BUILD):
+//   g++ -O2 -std=c++20 -fopenmp -I. -Iinclude bench/cpu_softmax_tile_sweep.cpp BUILD/libsegred.a -o sweep
+// Run: OMP_NUM_THREADS=2 taskset -c 0,1 ./sweep [fwd|bwd|both] [W ...]   (W = 0: the planner's;
+// a W repeated alternates with the others in one process: the pairs of
+// bench/notes-s5-cpu-softmax.md). SWEEP_CASES=013 picks cases by index.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/memcpy_baseline.h"
+#include "segred/segred.h"
+#include "src/cpu/softmax_kernels.h"
+
+using namespace segred;
+
+static void fill(const Tensor& t, uint64_t seed, float lo, float hi) {
+  const int64_t n = t.numel();
+#pragma omp parallel
+  {
+    std::mt19937_64 rng(seed + uint64_t(omp_get_thread_num()) * 7919);
+    std::uniform_real_distribution<float> u(lo, hi);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = u(rng);
+      if (t.dtype() == DType::Float16) t.ptr<half_t>()[i] = to_half(v);
+      else t.ptr<float>()[i] = v;
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "both";
+  std::vector<int64_t> ws;
+  for (int i = 2; i < argc; ++i) ws.push_back(std::atoll(argv[i]));
+  if (ws.empty()) ws = {0};
+  const double copy = [] {
+    const size_t bytes = size_t(2) << 30;
+    return double(bytes) / bench::memcpy_seconds(bytes) / 1e9;
+  }();
+  std::printf("copy %.1f GB/s, threads %d, isa %s\n", copy, omp_get_max_threads(), cpu::softmax_isa_name(cpu::softmax_isa()));
+  struct C { Shape s; int64_t dim; DType dt; };
+  const std::vector<C> cases = {{{32, 1000, 4096}, 1, DType::Float32},
+                                {{8192, 8192}, 0, DType::Float32},
+                                {{8, 4, 4194304}, 1, DType::Float32},
+                                {{64, 256, 56, 56}, 1, DType::Float16},
+                                {{64, 256, 56, 56}, 1, DType::Float32},
+                                {{16, 2000, 4096}, 1, DType::Float32}};
+  const char* sel = std::getenv("SWEEP_CASES");  // e.g. "013": the cases' indices
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    if (sel && !std::strchr(sel, char('0' + ci))) continue;
+    const C& c = cases[ci];
+    Tensor x = Tensor::empty(c.s, c.dt), y = Tensor::empty(c.s, c.dt), g = Tensor::empty(c.s, c.dt),
+           gi = Tensor::empty(c.s, c.dt);
+    fill(x, 1234, -8, 8);
+    fill(g, 99, -2, 2);
+    std::memset(gi.data(), 0, size_t(gi.numel()) * size_t(dtype_size(c.dt)));
+    softmax_out(x, c.dim, y);
+    const double tb = double(x.numel() * dtype_size(c.dt));
+    for (int bwd = 0; bwd < 2; ++bwd) {
+      if ((bwd && mode == "fwd") || (!bwd && mode == "bwd")) continue;
+      for (int64_t w : ws) {
+        SoftmaxProblem p = make_softmax_problem(c.s, c.dim, c.dt, bwd ? Direction::Bwd : Direction::Fwd, false, Backend::CPU);
+        Plan plan = plan_softmax(p);
+        if (w > 0) plan.chunk = std::min<int64_t>(w, p.inner);
+        std::vector<double> t;
+        for (int k = 0; k < 8; ++k) {
+          const auto t0 = std::chrono::steady_clock::now();
+          if (bwd) cpu::softmax_bwd(plan, p, g, y, gi);
+          else cpu::softmax_fwd(plan, p, x, y);
+          t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        t.erase(t.begin());
+        std::sort(t.begin(), t.end());
+        const double gbps = (bwd ? 3 : 2) * tb / t[t.size() / 2] / 1e9;
+        std::printf("%-18s dim%ld %s %s W=%-5ld %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
+                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", long(plan.chunk), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
