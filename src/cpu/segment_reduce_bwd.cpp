@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "segred/trace.h"
 #include "src/core/dispatch.h"

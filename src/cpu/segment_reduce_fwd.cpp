@@ -24,6 +24,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "segred/trace.h"
 #include "src/core/dispatch.h"

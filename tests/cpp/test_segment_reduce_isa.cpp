@@ -11,7 +11,9 @@
 // runs of short segments between long ones across block boundaries.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,101 @@ TEST_P(SegmentReduceIsa, ShortRunsMixedWithLongAtBlockBoundariesEveryBuild) {
     const Layout lay = from_offsets({2, L2}, 1, {o0, o1});
     for (const char* r : {"sum", "mean", "max", "min"}) check_reduce(lay, t, r, random_data(rng, 2 * L2, r, t), rng);
   });
+}
+
+// The flat forward reduces kVF segments at once, and rows of 2/4/8 features
+// kVF / inner segments at once (segment_reduce_isa_fwd.inc, sr_flat_block /
+// sr_narrow_block: per-segment vector loops, then one batched lane tree, start
+// value, mean and store per group). A segment's result must not depend on its
+// neighbours or on its position in a group: each output is compared bit for bit
+// with the same segment reduced alone (a one-segment call), for lengths 0, 1, every
+// vector width +-1 and 2x/3x the width, groups broken by long segments (> Plan.chunk,
+// phase 2) and by the block / tensor end, NaN / +-inf / signed-zero ties, an initial
+// value of -0 and of 2.5, batched rows (axis 1), 1/2/4/8 features, every build.
+TEST_P(SegmentReduceIsa, ShortSegmentGroupsEqualEachSegmentAloneEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> pat = {0, 1, 2, 0, 0, 1, 1, 31, 32, 33, 47, 48, 49, 64, 65};
+  for (int64_t w : {4, 8, 16})
+    for (int64_t d : {-1, 0, 1}) pat.push_back(w + d);
+  for (int64_t inner : {1, 2, 4, 8}) {
+    const int64_t piece = inner == 1 ? int64_t(1) << 16 : std::max<int64_t>(64, (int64_t(1) << 16) / inner);
+    std::vector<int64_t> lens;
+    for (int64_t k = 0; k < 24; ++k) {
+      std::vector<int64_t> p = pat;
+      std::shuffle(p.begin(), p.end(), rng);
+      lens.insert(lens.end(), p.begin(), p.begin() + int64_t(k % 5 + 9));
+      if (k == 13) lens.push_back(piece + 3);  // a long segment inside a group
+      if (k == 22) {
+        lens.push_back(piece + 1);
+        lens.push_back(2);
+        lens.push_back(piece + 40);  // long, short, long
+      }
+    }
+    lens.push_back(5);  // a short segment at the very end
+    const int64_t L = sum_of(lens), S = int64_t(lens.size());
+    SCOPED_TRACE(::testing::Message() << "inner " << inner << ", L " << L << ", S " << S);
+    IsaScope restore;
+    for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {  // (the forward has no streamed output)
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
+      cpu::softmax_isa_cap() = isa;
+      for (const char* r : {"sum", "mean", "max", "min"}) {
+        const Reduce rd = parse_reduce(r);
+        std::vector<double> x = random_data(rng, 2 * L * inner, r, t);
+        std::uniform_int_distribution<int64_t> pos(0, 2 * L * inner - 1);
+        for (double special : {kNaN, kInf, -kInf})
+          for (int k = 0; k < 12; ++k) x[size_t(pos(rng))] = special;
+        x[1] = kNaN;  // in the first (short) segments
+        x = rounded(t, x);
+        for (int batched = 0; batched < (inner == 1 || inner == 4 ? 2 : 1); ++batched) {
+          // batched: rows [2, L(, inner)] on axis 1, the second row's lengths reversed.
+          std::vector<int64_t> meta = lens;
+          if (batched) meta.insert(meta.end(), lens.rbegin(), lens.rend());
+          Shape xs = batched ? Shape{2, L} : Shape{L};
+          if (inner > 1) xs.push_back(inner);
+          const int64_t rows = batched ? 2 : 1;
+          const Tensor xt = make_tensor(std::vector<double>(x.begin(), x.begin() + rows * L * inner), xs, t);
+          const Tensor mt = make_index(meta, batched ? Shape{2, S} : Shape{S}, DType::Int64);
+          for (int ini = 0; ini < 3; ++ini) {
+            Segments seg;
+            seg.lengths = mt.view();
+            seg.axis = batched ? 1 : 0;
+            if (ini == 1) seg.initial = -0.0;
+            if (ini == 2) seg.initial = 2.5;
+            const Tensor out = segment_reduce(xt, rd, seg);
+            ASSERT_EQ(out.numel(), rows * S * inner);
+            const size_t es = size_t(dtype_size(t));
+            int64_t b = 0;
+            for (int64_t i = 0; i < rows * S; ++i) {
+              if (i % S == 0) b = (i / S) * L;
+              const int64_t n = meta[size_t(i)];
+              if (n > piece) {  // phase 2's (not grouped): checked by the other tests
+                b += n;
+                continue;
+              }
+              std::vector<double> xi(x.begin() + b * inner, x.begin() + (b + n) * inner);
+              const Tensor one = make_tensor(xi, inner > 1 ? Shape{n, inner} : Shape{n}, t);
+              const Tensor ml = make_index({n}, Shape{1}, DType::Int64);
+              Segments s1;
+              s1.lengths = ml.view();
+              s1.initial = seg.initial;
+              const Tensor o1 = segment_reduce(one, rd, s1);
+              ASSERT_EQ(std::memcmp(static_cast<const char*>(out.data()) + size_t(i * inner) * es, o1.data(),
+                                    size_t(inner) * es),
+                        0)
+                  << r << " segment " << i << " of length " << n << ", initial " << ini << ", batched " << batched
+                  << ": " << load_value(t, out.data(), i * inner) << " vs alone " << load_value(t, o1.data(), 0);
+              if (n == 0 && ini == 1)  // an empty segment is the initial value, -0 included
+                ASSERT_TRUE(std::signbit(load_value(t, out.data(), i * inner))) << r << " segment " << i;
+              b += n;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceIsa, ::testing::ValuesIn(kFloatTypes),
