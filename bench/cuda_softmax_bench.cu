@@ -21,74 +21,16 @@
 #include <vector>
 
 #include "bench/cudnn_softmax.h"
+#include "bench/cuda_bench_common.cuh"
 #include "segred/segred.h"
 
 using namespace segred;
-
-#define CK(x)                                                                         \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
-
-__global__ void init_kernel(void* p, int64_t n, int dt, uint32_t seed, float lo, float hi) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(i >> 32) * 40503u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    const float u = lo + (hi - lo) * float(h & 0xffffff) / float(0x1000000);
-    if (dt == 0) static_cast<float*>(p)[i] = u;
-    else if (dt == 2) static_cast<__half*>(p)[i] = __float2half(u);
-    else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(u);
-  }
-}
-
-// max |a - b| over the first n elements (dt as init_kernel), as float bits in *out
-// (non-negative floats order like their bits; NaN on either side counts as +inf).
-__global__ void maxdiff_kernel(const void* a, const void* b, int64_t n, int dt, unsigned* out) {
-  float m = 0.f;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float u, v;
-    if (dt == 0) u = static_cast<const float*>(a)[i], v = static_cast<const float*>(b)[i];
-    else if (dt == 2) u = __half2float(static_cast<const __half*>(a)[i]), v = __half2float(static_cast<const __half*>(b)[i]);
-    else u = __bfloat162float(static_cast<const __nv_bfloat16*>(a)[i]), v = __bfloat162float(static_cast<const __nv_bfloat16*>(b)[i]);
-    const float d = fabsf(u - v);
-    m = (d != d) ? __int_as_float(0x7f800000) : fmaxf(m, d);
-  }
-  atomicMax(out, __float_as_uint(m));
-}
 
 struct Case {
   const char* name;
   Shape shape;
   int64_t dim;
 };
-
-template <class F> double median_ms(F&& f, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f();
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return t[t.size() / 2];
-}
 
 // cuDNN on the buffers segred just used: forward x -> scratch, backward (y, g) ->
 // scratch, each checked against segred's result (y, gi) and timed alike.
