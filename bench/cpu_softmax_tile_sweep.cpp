@@ -6,7 +6,7 @@
 //   g++ -O2 -std=c++20 -fopenmp -I. -Iinclude bench/cpu_softmax_tile_sweep.cpp BUILD/libsegred.a -o sweep
 // Run: OMP_NUM_THREADS=2 taskset -c 0,1 ./sweep [fwd|bwd|both] [W ...]   (W = 0: the planner's;
 // a W repeated alternates with the others in one process: the pairs of
-// bench/notes-s5-cpu-softmax.md). SWEEP_CASES=013 picks cases by index.
+// bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index.
 #include <omp.h>
 
 #include <algorithm>

@@ -27,7 +27,7 @@
 //                  of up to 16 blocks of 256 threads, <= 64 KB of staged data per
 //                  block (3 blocks per SM). Forward: D >= 256; backward: D >= 64
 //                  at 128-byte rows only. 2- and 4-byte types, vector loads
-//                  (softmax_staged_geometry below; bench/notes-s5-spatial.md).
+//                  (softmax_staged_geometry below; bench/NOTES.md, CUDA softmax, session 5).
 // EV = elements per thread per array kept in registers, raw (softmax_elems_per_thread
 // below): last dim 128 bytes in flight per thread (fwd: fp32 32, 16-bit 64; bwd:
 // two arrays of fp32 16, 16-bit 32), spatial 64 bytes per array (fp32 16, 16-bit
@@ -224,7 +224,7 @@ inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
 // Staged spatial geometry (session 5) for a column of D elements of es bytes at
 // vector width vec, or staged == false when none fits. Row segments of 128 bytes
 // (a warp's load covers whole 128-byte lines; the register path narrows long
-// columns to 32-byte segments, one L2 request per sector: bench/notes-s5-spatial.md),
+// columns to 32-byte segments, one L2 request per sector: bench/NOTES.md, CUDA softmax, session 5),
 // else 64, else 32; 256 threads (tx = columns / vec, ty = 256 / tx); the column
 // split over the fewest cluster ranks (up to max_cluster, 16 included: [8192,
 // 8192] fp32 fwd at 128-byte rows x 16 ranks 66% of copy, at 64-byte rows x 8
@@ -392,7 +392,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   // D >= kSoftmaxStageBwdMinD = 64 and only at 128-byte staged rows (it stages two
   // arrays; at 32- and 64-byte rows it measured below the register path: [8192,
   // 8192] fp16 34 vs 46%). Every column the register path narrows below 128-byte
-  // rows (or clusters, or streams) has D > 256. H200, bench/notes-s5-spatial.md.
+  // rows (or clusters, or streams) has D > 256. H200, bench/NOTES.md, CUDA softmax, session 5.
   const int stage_min_d = caps.stage_min_d.load();
   const bool stage = D >= (stage_min_d > 0 ? int64_t(stage_min_d) : fwd ? kSoftmaxStageFwdMinD : kSoftmaxStageBwdMinD);
   if (g.vec == vs && vs > 1 && es <= 4 && stage) {
