@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "segred/segred.h"
+#include "segred/stream.h"
 
 using namespace segred;
 
@@ -59,6 +60,66 @@ double median_ms(const std::function<void(int)>& f, int reps) {
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return double(t[t.size() / 2]);
+}
+
+// --graph: the same calls captured into CUDA graphs (one per input buffer) on a
+// stream of their own and timed as graph launches. A call's kernels then follow
+// each other without waiting for the host, so (plain - graph) is the host's
+// submission cost that the plain time includes on an idle GPU (launches,
+// occupancy queries, scratch allocation): how the split prepare's extra
+// launches show (bench/NOTES.md, session 6). -1 when capture fails.
+bool g_graph = false;
+
+double graph_ms(const std::function<void(int)>& f, int reps, int nbuf) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  double r = -1;
+  {
+    StreamGuard guard(s);
+    for (int i = 0; i < 3; ++i) f(i);
+    CK(cudaStreamSynchronize(s));
+    std::vector<cudaGraphExec_t> ex;
+    bool ok = true;
+    for (int b = 0; b < nbuf && ok; ++b) {
+      cudaGraph_t g = nullptr;
+      ok = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+      if (!ok) break;
+      f(b);
+      ok = cudaStreamEndCapture(s, &g) == cudaSuccess && g;
+      cudaGraphExec_t e = nullptr;
+      ok = ok && cudaGraphInstantiate(&e, g, 0) == cudaSuccess;
+      if (g) cudaGraphDestroy(g);
+      if (ok) ex.push_back(e);
+    }
+    if (!ok) {
+      std::fprintf(stderr, "graph capture failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    } else {
+      cudaEvent_t a, b;
+      CK(cudaEventCreate(&a));
+      CK(cudaEventCreate(&b));
+      for (int i = 0; i < 3 * nbuf; ++i) CK(cudaGraphLaunch(ex[size_t(i % nbuf)], s));
+      CK(cudaStreamSynchronize(s));
+      std::vector<float> t;
+      for (int i = 0; i < reps; ++i) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(ex[size_t(i % nbuf)], s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+      }
+      std::sort(t.begin(), t.end());
+      r = double(t[t.size() / 2]);
+      cudaEventDestroy(a);
+      cudaEventDestroy(b);
+    }
+    for (auto e : ex) cudaGraphExecDestroy(e);
+  }
+  CK(cudaStreamSynchronize(s));
+  cudaGetLastError();
+  cudaStreamDestroy(s);
+  return r;
 }
 
 __global__ void fill(float* x, int64_t n, uint32_t salt) {
@@ -194,6 +255,13 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       Buf tmp(temp);
       tc = median_ms([&](int i) { call(tmp.p, temp, i); }, g_reps);
     }
+    if (g_graph) {
+      const double gf = graph_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, nbuf);
+      const double gb = graph_ms(
+          [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); }, g_reps, nbuf);
+      std::printf("GRAPH\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\n", c.name.c_str(),
+                  std::string(dtype_name(dt)).c_str(), rname, tf, gf, tb, gb);
+    }
     std::printf("RESULT\t%s\t%s\t%s\tfwd\t%.5f\t%.0f\t%.5f\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
                 rname, tf, bf, tc);
     std::printf("RESULT\t%s\t%s\t%s\tbwd\t%.5f\t%.0f\t-1\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
@@ -211,6 +279,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--graph")) g_graph = true;
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
