@@ -2,7 +2,7 @@
 // segment_reduce and the ragged softmax family (defined in src/cuda/segment_reduce.cu):
 // metadata validation on the host (the CPU's rules and messages), contiguous
 // copies of strided inputs, and the merge space q with its tile partition and the
-// fix-up counter, built on the device by prepare (plain kernels, segment_reduce.cu) from the
+// fix-up counter, built on the device by one cooperative kernel (prepare) from the
 // raw metadata, clamped exactly like the CPU clamps it.
 #pragma once
 #include "segred/segment_reduce.h"

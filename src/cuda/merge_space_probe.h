@@ -17,7 +17,7 @@ struct MergeSpaceProbe {
   int index_bits = 0;
   int64_t segs = 0, positions = 0, workers = 0, items = 0;  // U, N, tiles (W), merge items per tile
   bool tiles = false;    // a partition was built (every path but prod backward)
-  int scan_tiles = 0;    // blocks of the scan kernel queued (0: none)
+  int scan_tiles = 0;    // blocks of prepare that may run the scan (0: none can)
   std::vector<int64_t> q;               // U + 1 entries
   std::vector<int64_t> tile_i, tile_j;  // W + 1 entries each (empty without tiles)
   int64_t long_count = -1;              // the fix-up counter after prepare (0), -1 without tiles

@@ -1,5 +1,5 @@
 // segment_reduce on CUDA: metadata on the device -> the merge space q and the
-// tile partition ("prepare": up to three plain kernels), strided inputs ->
+// tile partition (one cooperative "prepare" kernel), strided inputs ->
 // contiguous copies, then the (dtype, index width) instantiation.
 //
 // Metadata validation (SEMANTICS.md). unsafe = false: the metadata is copied to
@@ -12,32 +12,40 @@
 // o[i+1] = clamp(in[i+1], o[i], L)), so every segment lies in [0, L] whatever the
 // metadata holds; for validated metadata the clamp changes nothing.
 //
-// prepare (v7, session 5; v4-v6 were one cooperative kernel with grid.syncs at
-// 25% occupancy: 25 us on every call, 72 us on 2M offsets), ordinary launches
-// on the call's stream, each at full occupancy and through viable_block:
-//   1. prep_q, one metadata item per thread: q[0], q[U], the lengths rows'
-//      leading 0, the fix-up counter, the scan's tile states; offsets: q = row
-//      base + clamped offset, which is the running max unless a clamped offset
-//      drops within its row (then a flag is raised).
-//   2. prep_scan, a single-pass scan (CUB's decoupled look-back) of the items
-//      with the segmented operator ScanOp, written into q: lengths always;
-//      offsets only with unsafe = true (validated offsets never drop), and then
-//      every block returns at once unless prep_q raised the flag.
-//   3. prep_partition, one thread per tile boundary (W + 1 of them,
-//      partition_tile), when the call has tiles (every path but prod backward).
+// prepare (cooperative launch, grid-stride, any grid size; phases separated by
+// grid.sync). Session 5 split it into three ordinary launches (prep_q, a CUB
+// decoupled-lookback scan, prep_partition; commit 0934b64); session 6 measured
+// the two side by side on the H200 (tools/gpu-ab, bench/NOTES.md): the same GPU
+// time or less for this kernel on every case (1d_2Mx32 fp32 sum fwd as a CUDA
+// graph 148.8 us here vs 153.7 split; ncu: 7.6 us vs 2.98 + 2.30 + 2.74 on 4k x
+// 16), and 5-9 us more per call timed alone for the split one (a memset and two
+// more launches the idle GPU waits for). So this one launch is back:
+//   0. offsets only (v5): the scan blocks write q = row base + clamped offset
+//      directly and flag any drop of the clamped offsets within a row; after one
+//      grid.sync, if no block raised its flag, q is the running max already and
+//      the partition (3) follows; otherwise (invalid metadata, unsafe mode) 1-2
+//      rebuild all of q. Lengths always take 1-2.
+//   1. the first `scan blocks` each reduce a contiguous range of the metadata
+//      items (row-major, outer x k) with the segmented operator ScanOp: their
+//      aggregates;
+//   2. each of them scans its range again, starting from the reduction of the
+//      earlier blocks' aggregates, and writes q directly (row bases added, ghost
+//      entries included); lengths rows get their leading 0; q[0], q[U] and the
+//      fix-up counter are set;
+//   3. the W + 1 tile boundaries of the merge space (partition_tile), when the
+//      call has tiles (every path but the prod backward).
 // All of it is integer arithmetic: any bracketing of the operator gives the
-// same q, and the partition is the same search, so the tiles (and every result
-// after them) are bitwise those of the cooperative kernel.
-#include <algorithm>
-#include <cub/agent/single_pass_scan_operators.cuh>
+// same q, so the result is deterministic.
+#include <cooperative_groups.h>
+
 #include <cub/block/block_scan.cuh>
 #include <vector>
 
 #include "src/core/segment_geometry.h"
 #include "src/cuda/kernels.h"
-#include "segred/stream.h"
 #include "src/cuda/merge_space.cuh"
 #include "src/cuda/merge_space_probe.h"
+#include "segred/stream.h"
 #include "src/cuda/segment_reduce_impl.cuh"
 
 namespace segred::cuda {
@@ -119,127 +127,155 @@ struct ScanOp {
 };
 
 constexpr int kPrepBlock = 256;
-constexpr int kPrepIpt = 4;                           // items per thread of the scan
-constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;  // metadata items per scan block (tile)
-
-// Tile states of the single-pass scan (decoupled look-back, CUB's building
-// blocks): KV is 16 bytes, so status and values live in separate arrays.
-using PrepTileState = cub::ScanTileState<KV>;
-
-// What prepare queues for a call, decided on the host from the metadata's kind,
-// size and the unsafe flag (no device value is read).
-struct PrepPlan {
-  int64_t items = 0;  // metadata items, outer * k
-  int ntiles = 0;     // scan tiles (blocks of prep_scan); 0: no scan launched
-  bool flag = false;  // offsets, unsafe: the scan runs only if prep_q saw a drop
-  size_t state_bytes = 0;
-};
+constexpr int kPrepIpt = 4;                              // items per thread per block scan
+constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block scan
+// One block-scan tile per scan block wherever the cooperative grid holds enough
+// blocks (v4 took 4): each pass over the metadata is then one dependent round of
+// loads per block instead of four.
+constexpr int64_t kPrepItemsPerBlock = kPrepTile;        // target metadata items per scan block
 
 template <class Idx>
 struct PrepArgs {
   MetaReader m;                  // raw lengths or offsets, any strides
   int64_t outer = 0, S = 0, L = 0, k = 0;  // k: metadata entries per row (S or S + 1)
   bool lengths = false;
-  int64_t items = 0;             // outer * k
-  int ntiles = 0;                // scan tiles; 0: no scan
-  PrepTileState state;           // ntiles tile states (initialised by prep_q)
-  int* flag = nullptr;           // offsets + unsafe: drop seen (0 before prep_q)
+  int64_t scan_target = 0;       // scan blocks wanted (agg has room for them)
+  KV* agg = nullptr;             // scan_target aggregates
+  int* flags = nullptr;          // scan_target drop flags (offsets' speculative pass)
   Idx* q = nullptr;              // outer * (S + 1) + 2 entries
+  int64_t W = -1, items = 0;     // tiles and merge items per tile; W < 0: no partition
+  Idx nseg = 0, nel = 0;         // U and N of the merge space
+  Idx* tile_i = nullptr;
+  Idx* tile_j = nullptr;
   unsigned* long_count = nullptr;
 };
 
-// 1. One metadata item per thread (grid-stride only past 2^31 blocks): the
-// entries no scan writes (q[0], q[U], the lengths rows' leading 0), the fix-up
-// counter, the scan's tile states, and for offsets q = row base + clamped offset,
-// which is the running max (the CPU's clamp) unless a clamped offset drops below
-// its predecessor in the row: then the flag sends the call through the scan.
-// Validated offsets never drop (and launch no scan).
 template <class Idx>
-__global__ void __launch_bounds__(kPrepBlock) prep_q(PrepArgs<Idx> a) {
-  const int64_t gtid = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t gstride = int64_t(gridDim.x) * blockDim.x;
-  if (a.ntiles > 0) {
-    PrepTileState st = a.state;
-    st.InitializeStatus(a.ntiles);  // thread gtid initialises tile gtid (the grid covers ntiles)
-  }
-  if (gtid == 0) {
-    a.q[0] = 0;
-    a.q[a.outer * (a.S + 1) + 1] = Idx(a.outer * a.L);
-    if (a.long_count) *a.long_count = 0;
-  }
-  if (a.lengths) {
-    for (int64_t r = gtid; r < a.outer; r += gstride) a.q[1 + r * (a.S + 1)] = Idx(r * a.L);
-    return;  // lengths: the scan writes the rest
-  }
-  auto clampv = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > a.L ? a.L : v); };
-  bool drop = false;
-  for (int64_t idx = gtid; idx < a.items; idx += gstride) {
-    const int64_t r = a.outer == 1 ? 0 : idx / a.k, c = idx - r * a.k;  // 1 row: no 64-bit division
-    const int64_t v = clampv(a.m.read(r, c));
-    if (c > 0 && clampv(a.m.read(r, c - 1)) > v) drop = true;
-    a.q[1 + r * (a.S + 1) + c] = Idx(r * a.L + v);
-  }
-  if (drop && a.flag) *a.flag = 1;  // every writer writes 1
-}
-
-// 2. The scan (lengths always; offsets only when prep_q raised the flag, else
-// every block returns at once): block t scans metadata items [t, t + 1) * 1024
-// with the segmented operator, its prefix from the earlier tiles by CUB's
-// decoupled look-back, and writes q (row bases added). Integer arithmetic: any
-// bracketing gives the same q as the cooperative scan of v5.
-template <class Idx>
-__global__ void __launch_bounds__(kPrepBlock) prep_scan(PrepArgs<Idx> a) {
-  if (a.flag && *static_cast<volatile int*>(a.flag) == 0) return;  // uniform over the grid
+__global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
   using BlockScan = cub::BlockScan<KV, kPrepBlock>;
-  using Prefix = cub::TilePrefixCallbackOp<KV, ScanOp, PrepTileState>;
-  __shared__ struct {
-    typename Prefix::TempStorage prefix;
-    typename BlockScan::TempStorage scan;
-  } tmp;
+  __shared__ typename BlockScan::TempStorage tmp;
   const ScanOp op{a.L, a.lengths};
-  const int tile = int(blockIdx.x);
-  const int64_t idx0 = int64_t(tile) * kPrepTile + int64_t(threadIdx.x) * kPrepIpt;
+  const KV empty{-1, 0};
+  const int tid = int(threadIdx.x);
+  const int64_t b = blockIdx.x;
+  const int64_t gtid = b * kPrepBlock + tid, gstride = int64_t(gridDim.x) * kPrepBlock;
+  const int64_t items = a.outer * a.k;
+  const int64_t nscan = items > 0 ? (a.scan_target < gridDim.x ? a.scan_target : int64_t(gridDim.x)) : 0;
+  const int64_t per = nscan > 0 ? (items + nscan - 1) / nscan : 0;
+  const int64_t lo = b * per, hi = lo + per < items ? lo + per : items;
+  const bool scanning = b < nscan;
   const int64_t lead = a.lengths ? 2 : 1;  // lengths entry c is the end of segment c
   auto clampv = [&](int64_t v) { return v < 0 ? int64_t(0) : (v > a.L ? a.L : v); };
-  KV x[kPrepIpt];
-  {
-    int64_t r = a.outer == 1 ? 0 : idx0 / a.k, c = idx0 - r * a.k;  // k >= 1 when there are items
+  // Blocked tile of metadata items [base, base + kPrepTile) within [lo, hi).
+  auto load = [&](int64_t base, KV (&x)[kPrepIpt]) {
+    const int64_t idx = base + tid * kPrepIpt;
+    int64_t r = idx / a.k, c = idx - r * a.k;  // one division per thread; k >= 1 when there are items
 #pragma unroll
     for (int i = 0; i < kPrepIpt; ++i) {
-      x[i] = idx0 + i < a.items ? KV{r, clampv(a.m.read(r, c))} : KV{-1, 0};
+      if (idx + i < hi) {
+        x[i] = KV{r, clampv(a.m.read(r, c))};
+      } else {
+        x[i] = empty;
+      }
       if (++c == a.k) {
         c = 0;
         ++r;
       }
     }
-  }
-  PrepTileState st = a.state;
-  if (tile == 0) {
+  };
+  auto scan = [&](KV (&x)[kPrepIpt]) {  // in place; returns the tile's aggregate
     KV agg;
-    BlockScan(tmp.scan).InclusiveScan(x, x, op, agg);
-    if (threadIdx.x == 0) st.SetInclusive(0, agg);
-  } else {
-    Prefix pre(st, tmp.prefix, op, tile);
-    BlockScan(tmp.scan).InclusiveScan(x, x, op, pre);
+    BlockScan(tmp).InclusiveScan(x, x, op, agg);
+    __syncthreads();  // tmp is reused
+    return agg;
+  };
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  // Entries no scan writes: q[0], q[U], the lengths rows' leading 0, the counter.
+  if (a.lengths)
+    for (int64_t r = gtid; r < a.outer; r += gstride) a.q[1 + r * (a.S + 1)] = Idx(r * a.L);
+  if (gtid == 0) {
+    a.q[0] = 0;
+    a.q[a.outer * (a.S + 1) + 1] = Idx(a.outer * a.L);
+    if (a.long_count) *a.long_count = 0;
   }
+  bool need_scan = a.lengths;
+  if (!a.lengths) {
+    // 0. Offsets, speculative: q = row base + clamped offset, which is the
+    // running max when the clamped offsets do not drop within a row; a block
+    // that sees a drop (the item before its range included) raises its flag.
+    int drop = 0;
+    if (scanning) {
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        const int64_t idx0 = base + tid * kPrepIpt;
+        if (idx0 < hi) {
+          const int64_t r0 = idx0 / a.k, c0 = idx0 - r0 * a.k;
+          if (c0 > 0 && clampv(a.m.read(r0, c0 - 1)) > x[0].v) drop = 1;
+        }
 #pragma unroll
-  for (int i = 0; i < kPrepIpt; ++i) {
-    const int64_t idx = idx0 + i;
-    if (idx < a.items) {  // x[i].k = this item's row (a row change restarts the operator)
-      const KV y = x[i];
-      a.q[lead + y.k * (a.S + 1) + (idx - y.k * a.k)] = Idx(y.k * a.L + y.v);
+        for (int i = 0; i < kPrepIpt; ++i) {
+          if (x[i].k < 0) continue;
+          if (i > 0 && x[i - 1].k == x[i].k && x[i - 1].v > x[i].v) drop = 1;
+          const int64_t idx = idx0 + i;
+          a.q[lead + x[i].k * (a.S + 1) + (idx - x[i].k * a.k)] = Idx(x[i].k * a.L + x[i].v);
+        }
+      }
     }
+    drop = __syncthreads_or(drop);
+    if (scanning && tid == 0) a.flags[b] = drop;
+    grid.sync();
+    int any = 0;
+    for (int64_t j = tid; j < nscan; j += kPrepBlock) any |= __ldcg(a.flags + j);
+    need_scan = __syncthreads_or(any) != 0;  // the same in every block
   }
-}
-
-// 3. The W + 1 tile boundaries of the merge space, one thread each (q is
-// complete: it was written by the kernels before this one).
-template <class Idx>
-__global__ void __launch_bounds__(kPrepBlock) prep_partition(const Idx* __restrict__ q, Idx nseg, Idx nel,
-                                                             int64_t W, int64_t items, Idx* tile_i, Idx* tile_j) {
-  const int64_t w = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (w > W) return;
-  partition_tile(q + 1, nseg, nel, w, items, tile_i, tile_j);
+  if (need_scan) {
+    // 1. aggregates
+    if (scanning) {
+      KV run = empty;
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        run = op(run, scan(x));
+      }
+      if (tid == 0) a.agg[b] = run;
+    }
+    grid.sync();
+    // 2. scan with the earlier blocks' prefix, written into q
+    if (scanning) {
+      KV pre = empty;
+      for (int64_t j0 = 0; j0 < b; j0 += kPrepTile) {
+        KV x[kPrepIpt];
+#pragma unroll
+        for (int i = 0; i < kPrepIpt; ++i) {
+          const int64_t j = j0 + tid * kPrepIpt + i;
+          x[i] = j < b ? KV{__ldcg(&a.agg[j].k), __ldcg(&a.agg[j].v)} : empty;
+        }
+        pre = op(pre, scan(x));
+      }
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        const KV t = scan(x);
+#pragma unroll
+        for (int i = 0; i < kPrepIpt; ++i) {
+          const int64_t idx = base + tid * kPrepIpt + i;
+          if (idx < hi) {
+            const KV y = op(pre, x[i]);  // y.k = this item's row
+            a.q[lead + y.k * (a.S + 1) + (idx - y.k * a.k)] = Idx(y.k * a.L + y.v);
+          }
+        }
+        pre = op(pre, t);
+      }
+    }
+    if (a.W < 0) return;  // uniform over the grid: no grid.sync follows
+    grid.sync();
+  } else if (a.W < 0) {
+    return;
+  }
+  // 3. partition (q is complete: the speculative pass and one grid.sync, or the scan)
+  const CgRead<Idx> q1{a.q + 1};
+  for (int64_t w = gtid; w <= a.W; w += gstride) partition_tile(q1, a.nseg, a.nel, w, a.items, a.tile_i, a.tile_j);
 }
 
 template <int ES>
@@ -316,45 +352,20 @@ void validate_on_host(const char* op, detail::SegmentLayout& lay, const Segments
   detail::normalise_offsets(op, lay, host, use_lengths, false);
 }
 
-// What prepare queues for this call's metadata.
-PrepPlan prep_plan(const detail::SegmentLayout& lay, const Segments& seg) {
-  const bool use_lengths = seg.lengths.has_value();
-  const TensorView& m = use_lengths ? *seg.lengths : *seg.offsets;
-  PrepPlan p;
-  p.items = lay.outer * m.sizes.back();
-  // Validated offsets (unsafe = false) are non-decreasing and in [0, L]: q is
-  // base + offset exactly, no scan. Unsafe offsets may drop: the scan is queued
-  // and runs only if prep_q saw a drop. Lengths always need it.
-  if (p.items > 0 && (use_lengths || seg.unsafe)) {
-    const int64_t nt = detail::ceil_div(p.items, kPrepTile);
-    SEGRED_CHECK(nt < (int64_t(1) << 31) - 64, ValueError, "segment_reduce: ", p.items,
-                 " metadata items are more than the CUDA backend's scan takes");
-    p.ntiles = int(nt);
-    p.flag = !use_lengths;
-    PrepTileState::AllocationSize(p.ntiles, p.state_bytes);
-  }
-  return p;
-}
-
 // The arena bytes prepare takes for a call.
 template <class Idx>
-size_t prepare_bytes(const detail::SegmentGeometry& geo, const PrepPlan& pp, bool tiles) {
-  size_t b = Arena::bytes<char>(int64_t(pp.state_bytes)) + Arena::bytes<int>(1) + Arena::bytes<Idx>(geo.segs + 1);
+size_t prepare_bytes(const detail::SegmentGeometry& geo, int64_t scan_target, bool tiles) {
+  size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<int>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
   if (tiles)
     b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(1) +
          Arena::bytes<Idx>(geo.workers / kShortFix + 1);
   return b;
 }
 
-unsigned grid_of(int64_t threads, int block) {
-  return unsigned(std::clamp<int64_t>(detail::ceil_div(threads, block), 1, (int64_t(1) << 31) - 1));
-}
-
-// Queues prepare (prep_q, the scan when it may be needed, the partition); fills
-// c.q and, with tiles, c.tile_i/tile_j/long_list/long_count. Never synchronises.
+// Queues prepare; fills c.q and, with tiles, c.tile_i/tile_j/long_list/long_count.
 template <class Idx>
 void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segments& seg, bool tiles,
-                 const PrepPlan& pp, LaunchCtx& c) {
+                 int64_t scan_target, LaunchCtx& c) {
   const bool use_lengths = seg.lengths.has_value();
   const TensorView& m = use_lengths ? *seg.lengths : *seg.offsets;
   const auto& geo = c.geo;
@@ -365,53 +376,38 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
   a.L = lay.L;
   a.k = m.sizes.back();
   a.lengths = use_lengths;
-  a.items = pp.items;
-  a.ntiles = pp.ntiles;
-  if (pp.ntiles > 0) {
-    void* st = c.arena->take<char>(int64_t(pp.state_bytes));
-    SEGRED_CUDA_CHECK(a.state.Init(pp.ntiles, st, pp.state_bytes), "segment_reduce: scan tile states");
-  }
-  if (pp.flag) {
-    a.flag = c.arena->take<int>(1);
-    SEGRED_CUDA_CHECK(cudaMemsetAsync(a.flag, 0, sizeof(int), c.stream), "segment_reduce: cudaMemsetAsync");
-  }
+  a.scan_target = scan_target;
+  a.agg = c.arena->take<KV>(scan_target);
+  a.flags = c.arena->take<int>(scan_target);
   a.q = c.arena->take<Idx>(geo.segs + 1);
-  Idx* tile_i = nullptr;
-  Idx* tile_j = nullptr;
+  a.nseg = Idx(geo.segs);
+  a.nel = Idx(geo.positions);
+  int64_t want = std::max<int64_t>(scan_target, detail::ceil_div(lay.outer, kPrepBlock));
   if (tiles) {
-    tile_i = c.arena->take<Idx>(geo.workers + 1);
-    tile_j = c.arena->take<Idx>(geo.workers + 1);
+    a.W = geo.workers;
+    a.items = geo.items;
+    a.tile_i = c.arena->take<Idx>(geo.workers + 1);
+    a.tile_j = c.arena->take<Idx>(geo.workers + 1);
     a.long_count = c.arena->take<unsigned>(1);
     c.long_list = c.arena->take<Idx>(geo.workers / kShortFix + 1);
-    c.tile_i = tile_i;
-    c.tile_j = tile_j;
+    c.tile_i = a.tile_i;
+    c.tile_j = a.tile_j;
     c.long_count = a.long_count;
+    want = std::max(want, detail::ceil_div(geo.workers + 1, kPrepBlock));
   }
   c.q = a.q;
-  {
-    auto k = prep_q<Idx>;
-    const int block = viable_block(k, kPrepBlock, 0, 32, "prepare (q)");
-    const int64_t threads = std::max({use_lengths ? lay.outer : pp.items, int64_t(pp.ntiles), int64_t(1)});
-    const unsigned grid = grid_of(threads, block);
-    k<<<grid, block, 0, c.stream>>>(a);
-    check_launch("prepare (q)");
-    impl::record(c.path, grid, block);
-  }
-  if (pp.ntiles > 0) {
-    auto k = prep_scan<Idx>;
-    const int block = viable_block(k, kPrepBlock, 0, kPrepBlock, "prepare (scan)");  // BlockScan: exactly 256
-    k<<<unsigned(pp.ntiles), block, 0, c.stream>>>(a);
-    check_launch("prepare (scan)");
-    impl::record(c.path, pp.ntiles, block);
-  }
-  if (tiles) {
-    auto k = prep_partition<Idx>;
-    const int block = viable_block(k, kPrepBlock, 0, 32, "prepare (partition)");
-    const unsigned grid = grid_of(geo.workers + 1, block);
-    k<<<grid, block, 0, c.stream>>>(a.q, Idx(geo.segs), Idx(geo.positions), geo.workers, geo.items, tile_i, tile_j);
-    check_launch("prepare (partition)");
-    impl::record(c.path, grid, block);
-  }
+  impl::launch_coop(prepare<Idx>, want, kPrepBlock, c, "prepare", a);
+}
+
+// Scan blocks wanted for the metadata: ~kPrepItemsPerBlock items each, at most
+// what a cooperative grid of prepare holds.
+template <class Idx>
+int64_t scan_target(const detail::SegmentLayout& lay, const Segments& seg) {
+  const TensorView& m = seg.lengths ? *seg.lengths : *seg.offsets;
+  const int64_t items = lay.outer * m.sizes.back();
+  if (items <= 0) return 0;
+  const int64_t cap = impl::coop_capacity(prepare<Idx>, kPrepBlock, "prepare");
+  return std::min(detail::ceil_div(items, kPrepItemsPerBlock), cap);
 }
 
 SegmentProblem problem_of(const detail::SegmentLayout& lay, const TensorView& data, Reduce reduce, Direction dir) {
@@ -458,10 +454,10 @@ void run_call(const char* op, const detail::SegmentLayout& lay, const Segments& 
     using T = decltype(t);
     using Idx = decltype(i);
     const bool tiles = !c.geo.prod_bwd;
-    const PrepPlan pp = prep_plan(lay, seg);
-    Arena arena(scratch, prepare_bytes<Idx>(c.geo, pp, tiles) + run_scratch_bytes<T, Idx>(c, dir, reduce));
+    const int64_t st = scan_target<Idx>(lay, seg);
+    Arena arena(scratch, prepare_bytes<Idx>(c.geo, st, tiles) + run_scratch_bytes<T, Idx>(c, dir, reduce));
     c.arena = &arena;
-    run_prepare<Idx>(op, lay, seg, tiles, pp, c);
+    run_prepare<Idx>(op, lay, seg, tiles, st, c);
     run(t, i);
     c.arena = nullptr;
   });
@@ -535,12 +531,12 @@ bool is_aligned16(const void* p) { return aligned16(p); }
 
 template <class Idx>
 size_t merge_space_bytes(const detail::SegmentLayout& lay, const Segments& seg, const detail::SegmentGeometry& geo) {
-  return prepare_bytes<Idx>(geo, prep_plan(lay, seg), true);
+  return prepare_bytes<Idx>(geo, scan_target<Idx>(lay, seg), true);
 }
 
 template <class Idx>
 void prepare_merge_space(const char* op, const detail::SegmentLayout& lay, const Segments& seg, LaunchCtx& c) {
-  run_prepare<Idx>(op, lay, seg, true, prep_plan(lay, seg), c);
+  run_prepare<Idx>(op, lay, seg, true, scan_target<Idx>(lay, seg), c);
 }
 
 template size_t merge_space_bytes<int32_t>(const detail::SegmentLayout&, const Segments&,
@@ -567,14 +563,16 @@ MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, R
   r.workers = c.geo.workers;
   r.items = c.geo.items;
   r.tiles = !c.geo.prod_bwd;
-  const PrepPlan pp = prep_plan(lay, seg);
-  r.scan_tiles = pp.ntiles;
   Scratch scratch(s);
   auto go = [&](auto tag) {
     using Idx = decltype(tag);
-    Arena arena(scratch, prepare_bytes<Idx>(c.geo, pp, r.tiles));
+    const int64_t st = scan_target<Idx>(lay, seg);
+    // Blocks of prepare that may run the scan: lengths always, offsets only when
+    // unsafe (validated offsets never drop, so the speculative pass is all of q).
+    r.scan_tiles = (seg.lengths.has_value() || seg.unsafe) ? int(st) : 0;
+    Arena arena(scratch, prepare_bytes<Idx>(c.geo, st, r.tiles));
     c.arena = &arena;
-    run_prepare<Idx>(op, lay, seg, r.tiles, pp, c);
+    run_prepare<Idx>(op, lay, seg, r.tiles, st, c);
     auto back = [&](const void* src, int64_t n) {
       std::vector<Idx> h(size_t(std::max<int64_t>(n, 0)));
       if (n > 0)

@@ -123,7 +123,8 @@ void expect_prepare(const Shape& shape, int64_t axis, DType dt, const Meta& m, D
   EXPECT_EQ(p.positions, N);
   const std::vector<int64_t> q = ref_q(m.v, outer, k, L, m.lengths);
   EXPECT_TRUE(same_vec("q", p.q, q));
-  // The scan is queued for lengths, and for offsets only when unsafe.
+  // The scan may run for lengths, and for offsets only when unsafe (validated
+  // offsets never drop: q is the speculative pass alone).
   EXPECT_EQ(p.scan_tiles > 0, outer * k > 0 && (m.lengths || unsafe));
   if (!p.tiles) return;
   std::vector<int64_t> ti, tj;
