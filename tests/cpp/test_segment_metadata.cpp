@@ -9,6 +9,8 @@
 // message for the first invalid entry, as a serial pass would.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <algorithm>
 #include <random>
 #include <string>
@@ -17,6 +19,12 @@
 #include "src/core/segments.h"
 #include "src/cpu/stream_store.h"
 #include "tests/cpp/segment_reduce_test_util.h"
+
+namespace segred::detail {
+// src/core/segments.cpp's test hook: normalise_offsets calls on this thread whose
+// lengths took the fused pass for valid lengths.
+int64_t& fused_lengths_calls();
+}  // namespace segred::detail
 
 namespace segred::testing {
 namespace {
@@ -167,6 +175,89 @@ TEST(SegmentMetadata, LargeInvalidMetadataReportsTheFirstInvalidEntry) {
       EXPECT_NE(e.find("offsets[row 0][-1] = " + std::to_string(L + 1)), std::string::npos) << e;
     }
   }
+}
+
+// Valid lengths take a fused one-pass scan (lengths_valid_scan); anything it cannot
+// prove valid goes to the general pass. Held against the serial definition: many
+// short rows (row ends inside and at the edges of the per-thread chunks, carries
+// across several chunks), 1..7 threads, int32 and int64; lengths so large that
+// the fused pass cannot rule out overflow (valid ones too: the general pass
+// decides), sums that wrap around 2^64 back to L, negative int32 lengths.
+TEST(SegmentMetadata, FusedLengthsScanEqualsSerialDefinition) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "SEGRED_SEED=" << seed);
+  std::mt19937_64 rng(seed);
+  const int saved = omp_get_max_threads();
+  struct Restore {
+    int n;
+    ~Restore() { omp_set_num_threads(n); }
+  } restore{saved};
+  for (int threads : {1, 2, 3, 7}) {
+    omp_set_num_threads(threads);
+    for (DType it : {DType::Int64, DType::Int32})
+      for (int64_t S : {1, 2, 3, 7, 40}) {
+        const int64_t rows = (int64_t(1) << 17) / S + 5, L = 3 * S + 1;
+        SCOPED_TRACE(::testing::Message() << "threads=" << threads << " " << dtype_name(it) << " S=" << S);
+        const auto meta = valid_meta(rng, rows, S, L, true);
+        const Tensor m = make_index(meta, {rows, S}, it);
+        const auto want = expected_offsets(meta, rows, S, L, true);
+        for (bool unsafe : {false, true}) {
+          auto lay = layout(rows, L, S);
+          const int64_t fused = detail::fused_lengths_calls();
+          detail::normalise_offsets("segment_reduce", lay, m, true, unsafe, detail::OffsetStorage::Borrow);
+          EXPECT_EQ(row_of(lay), want);
+          EXPECT_EQ(detail::fused_lengths_calls(), fused + 1) << "valid lengths must take the fused pass";
+        }
+        // One row off by one (its last length), far in: the serial message.
+        auto bad = meta;
+        bad[size_t((rows - 3) * S + S - 1)] += 1;
+        const std::string e = error_of(layout(rows, L, S), make_index(bad, {rows, S}, it), true);
+        EXPECT_NE(e.find("lengths[row " + std::to_string(rows - 3) + "]"), std::string::npos) << e;
+        auto lay = layout(rows, L, S);
+        detail::normalise_offsets("segment_reduce", lay, make_index(bad, {rows, S}, it), true, true);
+        EXPECT_EQ(row_of(lay), expected_offsets(bad, rows, S, L, true));
+      }
+  }
+  for (int threads : {2, 3, 7}) {  // one long row over every chunk: carries through several chunks
+    omp_set_num_threads(threads);
+    SCOPED_TRACE(::testing::Message() << "one row, threads=" << threads);
+    const int64_t S = (int64_t(1) << 17) + 3, L = 5 * S;
+    const auto meta = valid_meta(rng, 1, S, L, true);
+    auto lay = layout(1, L, S);
+    const int64_t fused = detail::fused_lengths_calls();
+    detail::normalise_offsets("segment_reduce", lay, make_index(meta, {1, S}, DType::Int64), true, false);
+    EXPECT_EQ(row_of(lay), expected_offsets(meta, 1, S, L, true));
+    EXPECT_EQ(detail::fused_lengths_calls(), fused + 1);
+  }
+  omp_set_num_threads(saved);
+  const int64_t fused = detail::fused_lengths_calls();  // none of the cases below takes the fused pass
+  const int64_t big = int64_t(1) << 62;
+  {  // valid, but too large for the fused pass's overflow bound: the general pass accepts it
+    const std::vector<int64_t> meta = {big, 0, 0, 0};
+    auto lay = layout(1, big, 4);
+    detail::normalise_offsets("segment_reduce", lay, make_index(meta, {1, 4}, DType::Int64), true, false);
+    EXPECT_EQ(row_of(lay), (std::vector<int64_t>{0, big, big, big, big}));
+  }
+  {  // 4 * 2^62 + 5 wraps to 5 = L: rejected (validating), clamped (unsafe)
+    const std::vector<int64_t> meta = {big, big, big, big, 5};
+    const Tensor m = make_index(meta, {1, 5}, DType::Int64);
+    const std::string e = error_of(layout(1, 5, 5), m, true);
+    EXPECT_NE(e.find("lengths[row 0] must sum to data.shape[axis] = 5, but its first 1 entries already sum to more"),
+              std::string::npos) << e;
+    auto lay = layout(1, 5, 5);
+    detail::normalise_offsets("segment_reduce", lay, m, true, true);
+    EXPECT_EQ(row_of(lay), (std::vector<int64_t>{0, 5, 5, 5, 5, 5}));
+  }
+  {  // a negative int32 length in a row that sums to L
+    const std::vector<int64_t> meta = {3, -1, 4};
+    const Tensor m = make_index(meta, {1, 3}, DType::Int32);
+    const std::string e = error_of(layout(1, 6, 3), m, true);
+    EXPECT_NE(e.find("lengths[row 0][1] = -1 must be >= 0"), std::string::npos) << e;
+    auto lay = layout(1, 6, 3);
+    detail::normalise_offsets("segment_reduce", lay, m, true, true);
+    EXPECT_EQ(row_of(lay), expected_offsets(meta, 1, 3, 6, true));
+  }
+  EXPECT_EQ(detail::fused_lengths_calls(), fused);
 }
 
 // The phase-1 block schedule at a size that runs many blocks on all threads:

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "src/cpu/softmax_kernels.h"
+#include "src/cpu/stream_store.h"
 #include "tests/cpp/segment_reduce_test_util.h"
 
 namespace segred::testing {
@@ -637,6 +639,125 @@ TEST_P(SegmentReduceLong, FeaturesPieceSplit) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, SegmentReduceLong, ::testing::Values(DType::Float32, DType::BFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------------------
+// Signed zeros in the backward: grad_input = g (sum), g * (1/n) (mean), g / c on
+// the ties (max/min, tie=split), so a -0 gradient gives -0 (bitwise, as the
+// float64 reference and the CUDA backend); rows outside every segment and the
+// non-extremum positions get +0. Session 5: the vector fills broadcast the value
+// by adding it to +0 (splat), which turned -0 into +0. Every position's sign bit is
+// checked, for short segments (the runs of sr_run, the per-segment fills), long
+// ones (> 1000 rows, and past a piece: phase 2), 1-D and 2/4/16 features, every
+// dtype, every instruction-set build this CPU runs, in place and streamed.
+
+void check_signed_zero_grads(DType t, int64_t inner, const std::vector<int64_t>& off, int64_t L, std::mt19937_64& rng) {
+  const Shape shape = inner == 1 ? Shape{L} : Shape{L, inner};
+  const Layout lay = from_offsets(shape, 0, {off});
+  const int64_t S = lay.S;
+  const Tensor meta = lay.meta();
+  const Segments seg = segments_of(lay, meta);
+  std::vector<int64_t> seg_of(size_t(L), -1);  // the segment holding each row (-1: none)
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t j = off[size_t(s)]; j < off[size_t(s + 1)]; ++j) seg_of[size_t(j)] = s;
+  // Gradients: mostly -0, some +0 and some nonzero of both signs.
+  const double pick[] = {-0.0, -0.0, -0.0, 0.0, -1.5, 3.0};
+  std::uniform_int_distribution<int> d(0, 5);
+  std::vector<double> gv(size_t(S * inner));
+  for (auto& v : gv) v = pick[d(rng)];
+  const Tensor g = make_tensor(gv, lay.out_shape(), t);
+  for (const char* r : {"sum", "mean", "max"}) {
+    SCOPED_TRACE(r);
+    const Reduce red = parse_reduce(r);
+    const std::vector<double> x = random_data(rng, L * inner, r, t);  // max: a grid with ties, +-0
+    const Tensor data = make_tensor(x, shape, t);
+    const Tensor y = segment_reduce(data, red, seg);
+    const std::vector<double> yv = to_vec(y);
+    std::vector<int64_t> ties(size_t(S * inner), 0);  // max: the ties of each segment and feature
+    for (int64_t j = 0; j < L; ++j)
+      for (int64_t f = 0; f < inner; ++f)
+        if (seg_of[size_t(j)] >= 0)
+          ties[size_t(seg_of[size_t(j)] * inner + f)] += x[size_t(j * inner + f)] == yv[size_t(seg_of[size_t(j)] * inner + f)];
+    Tensor gi = filled(shape, t, kNaN);
+    segment_reduce_backward_out(g, y, data, red, seg, Tie::Split, gi);
+    const std::vector<double> got = to_vec(gi);
+    int failures = 0;
+    for (int64_t j = 0; j < L && failures < 10; ++j)
+      for (int64_t f = 0; f < inner; ++f) {
+        const int64_t s = seg_of[size_t(j)], e = j * inner + f;
+        const double o = got[size_t(e)];
+        double want = 0.0;  // outside every segment, or not an extremum: +0
+        bool exact = true;
+        if (s >= 0) {
+          const double gs = gv[size_t(s * inner + f)];
+          if (red == Reduce::Sum) {
+            want = gs;
+          } else if (red == Reduce::Mean) {
+            want = gs / double(off[size_t(s + 1)] - off[size_t(s)]);
+            exact = gs == 0;  // the value is rounded; zero and the sign are exact
+          } else if (x[size_t(e)] == yv[size_t(s * inner + f)]) {
+            want = gs / double(ties[size_t(s * inner + f)]);
+            exact = gs == 0;
+          }
+        }
+        const bool ok = std::signbit(o) == std::signbit(want) && (o == 0) == (want == 0) && (!exact || o == want);
+        if (!ok) {
+          ++failures;
+          ADD_FAILURE() << "grad_input[" << j << "][" << f << "] = " << o << (std::signbit(o) ? " (sign set)" : "")
+                        << ", expected " << want << (std::signbit(want) ? " (sign set)" : "") << " (segment " << s
+                        << ")";
+        }
+      }
+  }
+}
+
+TEST(SegmentReduceSignedZero, BackwardKeepsNegativeZero) {
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  struct Restore {
+    int64_t bytes = cpu::stream_output_bytes();
+    ~Restore() {
+      cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
+      cpu::stream_output_bytes() = bytes;
+    }
+  } restore;
+  for (int64_t inner : {1, 2, 4, 16}) {
+    SegmentProblem sp;
+    sp.inner = inner;
+    sp.direction = Direction::Bwd;
+    const int64_t piece = plan_segment_reduce(sp).chunk;
+    // Short: lengths 1..40, the first segment starting at row 3, the last ending 5
+    // rows before L (rows outside every segment).
+    std::uniform_int_distribution<int64_t> len(1, 40);
+    std::vector<int64_t> short_off = {3};
+    for (int i = 0; i < 300; ++i) short_off.push_back(short_off.back() + len(rng));
+    const int64_t short_L = short_off.back() + 5;
+    // Long: 1..40-row segments around one of 1500 rows and one longer than a piece.
+    std::vector<int64_t> long_off = {0};
+    for (int64_t n : {int64_t(3), int64_t(1), int64_t(1500), int64_t(17), int64_t(2), std::max<int64_t>(1100, piece + 37),
+                      int64_t(33), int64_t(1)})
+      long_off.push_back(long_off.back() + n);
+    const int64_t long_L = long_off.back();
+    for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa)
+      for (bool stream : {false, true}) {
+        cpu::softmax_isa_cap() = isa;
+        cpu::stream_output_bytes() = stream ? 0 : int64_t(1) << 40;
+        for (DType t : kFloatTypes) {
+          SCOPED_TRACE(::testing::Message() << "inner=" << inner << " dtype=" << dtype_name(t) << " isa "
+                                            << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa))
+                                            << (stream ? ", streamed" : ""));
+          {
+            SCOPED_TRACE("short segments");
+            check_signed_zero_grads(t, inner, short_off, short_L, rng);
+          }
+          {
+            SCOPED_TRACE("long segments");
+            check_signed_zero_grads(t, inner, long_off, long_L, rng);
+          }
+        }
+      }
+  }
+}
 
 // ---------------------------------------------------------------------------
 // Empty tensors: correctly shaped results, no kernel where the output is empty.
