@@ -69,12 +69,33 @@ const std::vector<SoftmaxInput>& softmax_inputs() {
       in.data[size_t(D - 2)] = 20.0;
       v.push_back(in);
     }
-    // Columns longer than a spatial statistics block, tile narrower than inner.
+    // Columns longer than a spatial statistics block, tile narrower than inner
+    // (on CUDA: spatial_staged in the 2- and 4-byte dtypes, a cluster over D;
+    // spatial in float64).
     {
       const int64_t D = 1100, inner = 300;
       SoftmaxInput in{"long_columns_tiles", {D, inner}, 0, wave(size_t(D * inner), 8.0)};
       for (int64_t d = 0; d < 600; ++d) in.data[size_t(d * inner + 7)] = -kInf;
       in.data[size_t(1000 * inner + 7)] = 15.0;
+      v.push_back(in);
+    }
+    // Columns of 300 over dim 1 of [2, 300, 24]: on CUDA the staged spatial
+    // kernel (spatial_staged) in the 2- and 4-byte dtypes (vector loads: 24 % 4 ==
+    // 0; D >= 256, so both directions; the backward over a cluster of 2), its
+    // column tiles straddling the two outer slabs (float32: 32 columns) or ending
+    // in inactive columns (16-bit: 64); float64 takes spatial. Special columns:
+    // in slab 0, column 0 all -inf and column 1 one NaN; in slab 1, column 2 one
+    // +inf (last row), column 3 every other row -inf, column 4 its max (20) in the
+    // last row.
+    {
+      const int64_t O = 2, D = 300, I = 24;
+      SoftmaxInput in{"staged_columns", {O, D, I}, 1, wave(size_t(O * D * I), 6.0)};
+      auto at = [&](int64_t o, int64_t d, int64_t c) -> double& { return in.data[size_t((o * D + d) * I + c)]; };
+      for (int64_t d = 0; d < D; ++d) at(0, d, 0) = -kInf;
+      at(0, 150, 1) = kNaN;
+      at(1, 299, 2) = kInf;
+      for (int64_t d = 0; d < D; d += 2) at(1, d, 3) = -kInf;
+      at(1, D - 1, 4) = 20.0;
       v.push_back(in);
     }
     // Special rows, both layouts.
@@ -297,8 +318,9 @@ std::vector<LargeSoftmaxCase> softmax_large_cases(const BoundarySizes& z) {
     c.boundary = boundary;
     // The CPU has one path per layout and no index-width variants: the spatial
     // shape (past 2^32) and the last-dim row (past 2^31) reach both; the
-    // lastdim_warp shapes would repeat cpu.lastdim, so they run on CUDA only.
-    c.cpu = kernel != "lastdim_warp";
+    // lastdim_warp shapes would repeat cpu.lastdim and the spatial_staged one
+    // cpu.spatial, so they run on CUDA only.
+    c.cpu = kernel != "lastdim_warp" && kernel != "spatial_staged";
     for (const auto* arr : {&c.a, &c.b})
       for (const Patch& p : arr->patches) extra.push_back(p.at);
     c.checks = boundary_points(c.numel(), extra);
@@ -327,6 +349,37 @@ std::vector<LargeSoftmaxCase> softmax_large_cases(const BoundarySizes& z) {
     // last y (big, 0) g (-5, .5) -> (-5, 5).
     add("spatial", sn, s, 1, "UINT32_MAX", true, B, {0.0, {{0, 2.0}, {L, -3.0}, {L - 1, -5.0}, {n - 1, 0.5}}},
         {halfp, {{0, 0.0}, {L, big}, {L - 1, big}, {n - 1, 0.0}}}, cols);
+  }
+  // spatial_staged: [1, 325, C] over dim 1, 2^32 + 4 elements (C = 13215284, a
+  // multiple of 4: the staged kernel needs vector loads; D = 325 >= 256 stages
+  // both directions, the backward over a cluster of 2; rows of 325 are not a
+  // multiple of the block's thread rows). Column c holds elements d*C + c; the
+  // in-slab offsets d*C pass 2^31 and 2^32 in every column. Interior columns
+  // are uniform: softmax 1/325 and log_softmax -ln 325 in float16 (far from a
+  // rounding tie: float and float64 round to the same float16).
+  {
+    const int64_t D = 325, L = z.staged_cols, n = D * L;
+    const Shape s{1, D, L};
+    const std::string sn = "1x325x" + std::to_string(L) + ".dim1";
+    const int64_t last = (D - 1) * L;  // column 0's last row
+    // Checked besides boundary_points: column 0's second and last rows, column 1's
+    // last row, the last column's first, second and second-to-last rows.
+    const std::vector<int64_t> cols = {L, last, last + 1, L - 1, 2 * L - 1, n - 1 - L};
+    // forward: every element big but 0 (element 0) and 2 (element n-1): column 0
+    // -> (1, 0, ..., 0) / (0, big, ...); last column -> (0, ..., 1) / (big - 2 ->
+    // big, ..., 0); interior 1/325 / -ln 325.
+    const FilledArray x{big, {{0, 0.0}, {n - 1, 2.0}}};
+    for (bool log : {false, true}) add("spatial_staged", sn, s, 1, "UINT32_MAX", log, F, x, {}, cols);
+    // softmax backward: interior g = 0 -> 0; column 0 y (.5 first, .5 last, .527
+    // between) g (2, -3, 0) -> acc -0.5 -> (1.25, -1.25, .2637); last column y (.25,
+    // .75) g (4, -2) -> (1.125, -1.125, .2637 between).
+    add("spatial_staged", sn, s, 1, "UINT32_MAX", false, B,
+        {0.0, {{0, 2.0}, {last, -3.0}, {L - 1, 4.0}, {n - 1, -2.0}}},
+        {halfp, {{0, 0.5}, {last, 0.5}, {L - 1, 0.25}, {n - 1, 0.75}}}, cols);
+    // log_softmax backward: interior g = 0 -> 0; column 0 y (0, big ...) g (2, -3)
+    // -> (3, -3, 0 between); last column y (big ..., 0) g (-5, .5) -> (-5, 5).
+    add("spatial_staged", sn, s, 1, "UINT32_MAX", true, B,
+        {0.0, {{0, 2.0}, {last, -3.0}, {L - 1, -5.0}, {n - 1, 0.5}}}, {big, {{0, 0.0}, {n - 1, 0.0}}}, cols);
   }
   // lastdim_block: one row of D = 2^31 + 2 elements (a cluster streaming the row).
   {

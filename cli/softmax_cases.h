@@ -6,8 +6,8 @@
 //
 // With --large, the boundary cases: for every CUDA softmax path with i32/i64
 // variants, a shape the plan sends to its i64 variant (i64 from 2*numel + 2^20 >=
-// 2^31), the smallest of its kernel past 2^31 elements (past 2^32 for spatial: the
-// shape of torch 2.11's spatial backward defect), so a kernel forming 32-bit
+// 2^31), the smallest of its kernel past 2^31 elements (past 2^32 for spatial and
+// spatial_staged: the shape of torch 2.11's spatial backward defect), so a kernel forming 32-bit
 // offsets there fails visibly; forward and backward, softmax and log_softmax, in
 // float16, with arrays given by a rule (cli/large.h) and expected values computed
 // by the float64 reference on the checked element's row only. A family adding its
@@ -76,7 +76,8 @@ void run_softmax_cases(DeviceRef dev, const std::function<void(Row)>& record);
 // (backward), `b` the backward's output. Expected values are those of `checks`.
 struct LargeSoftmaxCase {
   std::string name;    // "large/<kernel>/<shape>/<op>.<fwd|bwd>/float16"
-  std::string kernel;  // the CUDA kernel the shape is built for: lastdim_warp, lastdim_block, spatial
+  std::string kernel;  // the CUDA kernel the shape is built for: lastdim_warp, lastdim_block, spatial,
+                       // spatial_staged
   std::string shape_name;  // "1x2x(2^31+1) dim 1"
   Shape shape;
   int64_t dim;
@@ -104,8 +105,11 @@ struct BoundarySizes {
   int64_t lastdim_row = (int64_t(1) << 31) + 2;   // [1, D] over dim -1
   int64_t rows_of_one = 2200000000;               // [R, 1] over dim -1
   int64_t rows_of_two = 1100000000;               // [R, 2] over dim -1: 2.2e9 elements
+  // [1, 325, C] over dim 1 (spatial_staged: D = 325 >= 256 staged in both
+  // directions, C % 4 == 0 for 8-byte float16 vectors): 325 * 13215284 = 2^32 + 4.
+  int64_t staged_cols = 13215284;
   // The small analogue used by the tests (C++ and segred.align's).
-  static BoundarySizes small_analogue() { return {9, 11, 7, 6}; }
+  static BoundarySizes small_analogue() { return {9, 11, 7, 6, 12}; }
 };
 std::vector<LargeSoftmaxCase> softmax_large_cases(const BoundarySizes& sizes = {});
 

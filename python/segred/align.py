@@ -381,7 +381,7 @@ def align_large(impl, device="cpu", cases=None, *, beside=None, small_ok=None, p
     for k, case in enumerate(cases):
         if progress:
             progress(k + 1, len(cases), case["name"])
-        layout = "spatial" if case["kernel"] == "spatial" else "last-dim"
+        layout = "spatial" if case["kernel"].startswith("spatial") else "last-dim"  # spatial, spatial_staged
         d = case["direction"]
         need = case["bytes_needed"] + (case["numel"] * 2 if beside is not None else 0)
         info = {"op": case["op"], "layout": layout, "shape": list(case["shape"]), "dim": case["dim"],

@@ -58,32 +58,44 @@ const std::vector<PathInfo> kPaths = {
     // softmax family, CUDA (src/core/softmax_geometry.h): "lastdim_warp" = inner
     // == 1, short rows (a lane group per row, row in registers); "lastdim_block" =
     // inner == 1, longer rows (a block or a thread-block cluster per row);
-    // "spatial" = inner > 1 ([D x column tile] per block or cluster). i32 when
-    // 2*numel + 2^20 < 2^31.
+    // "spatial" = inner > 1 ([D x column tile] per block or cluster, the tile in
+    // registers); "spatial_staged" = inner > 1, long columns (session 5: the
+    // block's slice of the column tile staged in shared memory by cp.async, a
+    // cluster of up to 16 blocks over D; 2- and 4-byte types, vector loads).
+    // i32 when 2*numel + 2^20 < 2^31 (spatial_staged: the same rule, its index
+    // arithmetic stays below that bound too; softmax_geometry.h, "Index width").
     {"softmax.fwd.cuda.lastdim_warp.i32", "softmax", D::Fwd, B::CUDA, 32},
     {"softmax.fwd.cuda.lastdim_warp.i64", "softmax", D::Fwd, B::CUDA, 64},
     {"softmax.fwd.cuda.lastdim_block.i32", "softmax", D::Fwd, B::CUDA, 32},
     {"softmax.fwd.cuda.lastdim_block.i64", "softmax", D::Fwd, B::CUDA, 64},
     {"softmax.fwd.cuda.spatial.i32", "softmax", D::Fwd, B::CUDA, 32},
     {"softmax.fwd.cuda.spatial.i64", "softmax", D::Fwd, B::CUDA, 64},
+    {"softmax.fwd.cuda.spatial_staged.i32", "softmax", D::Fwd, B::CUDA, 32},
+    {"softmax.fwd.cuda.spatial_staged.i64", "softmax", D::Fwd, B::CUDA, 64},
     {"softmax.bwd.cuda.lastdim_warp.i32", "softmax", D::Bwd, B::CUDA, 32},
     {"softmax.bwd.cuda.lastdim_warp.i64", "softmax", D::Bwd, B::CUDA, 64},
     {"softmax.bwd.cuda.lastdim_block.i32", "softmax", D::Bwd, B::CUDA, 32},
     {"softmax.bwd.cuda.lastdim_block.i64", "softmax", D::Bwd, B::CUDA, 64},
     {"softmax.bwd.cuda.spatial.i32", "softmax", D::Bwd, B::CUDA, 32},
     {"softmax.bwd.cuda.spatial.i64", "softmax", D::Bwd, B::CUDA, 64},
+    {"softmax.bwd.cuda.spatial_staged.i32", "softmax", D::Bwd, B::CUDA, 32},
+    {"softmax.bwd.cuda.spatial_staged.i64", "softmax", D::Bwd, B::CUDA, 64},
     {"log_softmax.fwd.cuda.lastdim_warp.i32", "log_softmax", D::Fwd, B::CUDA, 32},
     {"log_softmax.fwd.cuda.lastdim_warp.i64", "log_softmax", D::Fwd, B::CUDA, 64},
     {"log_softmax.fwd.cuda.lastdim_block.i32", "log_softmax", D::Fwd, B::CUDA, 32},
     {"log_softmax.fwd.cuda.lastdim_block.i64", "log_softmax", D::Fwd, B::CUDA, 64},
     {"log_softmax.fwd.cuda.spatial.i32", "log_softmax", D::Fwd, B::CUDA, 32},
     {"log_softmax.fwd.cuda.spatial.i64", "log_softmax", D::Fwd, B::CUDA, 64},
+    {"log_softmax.fwd.cuda.spatial_staged.i32", "log_softmax", D::Fwd, B::CUDA, 32},
+    {"log_softmax.fwd.cuda.spatial_staged.i64", "log_softmax", D::Fwd, B::CUDA, 64},
     {"log_softmax.bwd.cuda.lastdim_warp.i32", "log_softmax", D::Bwd, B::CUDA, 32},
     {"log_softmax.bwd.cuda.lastdim_warp.i64", "log_softmax", D::Bwd, B::CUDA, 64},
     {"log_softmax.bwd.cuda.lastdim_block.i32", "log_softmax", D::Bwd, B::CUDA, 32},
     {"log_softmax.bwd.cuda.lastdim_block.i64", "log_softmax", D::Bwd, B::CUDA, 64},
     {"log_softmax.bwd.cuda.spatial.i32", "log_softmax", D::Bwd, B::CUDA, 32},
     {"log_softmax.bwd.cuda.spatial.i64", "log_softmax", D::Bwd, B::CUDA, 64},
+    {"log_softmax.bwd.cuda.spatial_staged.i32", "log_softmax", D::Bwd, B::CUDA, 32},
+    {"log_softmax.bwd.cuda.spatial_staged.i64", "log_softmax", D::Bwd, B::CUDA, 64},
     // ragged softmax family, CUDA (src/core/segment_softmax_geometry.h): merge-path
     // tiles staged in shared memory, chunk walks + block segmented scan, segments
     // crossing tiles completed by segment_reduce's fix-up and a crossing pass; i32

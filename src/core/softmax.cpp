@@ -78,7 +78,8 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 Plan plan_softmax(const SoftmaxProblem& p) {
 #ifdef SEGRED_WITH_CUDA
   // CUDA plan: the pure work split of src/core/softmax_geometry.h (lastdim_warp,
-  // lastdim_block, spatial; i32 when 2*numel + 2^20 < 2^31).
+  // lastdim_block, spatial, spatial_staged when the geometry stages the column
+  // tile; i32 when 2*numel + 2^20 < 2^31, for every kernel).
   if (p.backend == Backend::CUDA) {
     const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
     Plan plan;

@@ -21,7 +21,8 @@
 //                  [D x tile] block of the input stays in registers when it fits
 //                  (resident), else `chunks` online passes plus a re-read. Loads
 //                  run along inner, so a warp reads whole 32-byte sectors.
-//   spatial, staged (session 5, SoftmaxGeometry::staged; same path name): the
+//   spatial_staged (session 5, SoftmaxGeometry::staged; its own paths since
+//                  session 6, "<op>.<dir>.cuda.spatial_staged.i32/i64"): the
 //                  block's slice of the column tile in shared memory (cp.async),
 //                  128-byte rows where they fit, the column split over a cluster
 //                  of up to 16 blocks of 256 threads, <= 64 KB of staged data per
@@ -66,6 +67,15 @@
 // thread index (< grid * block). All are below 2*numel + 2^20 (a tile is at most
 // 16 blocks x 1024 threads x 64 elements = 2^20), so the rule is
 // 2*numel + 2^20 < 2^31. Row and column bases are 64-bit in both variants.
+// spatial_staged takes the same rule (session 6, from its index arithmetic in
+// spatial_staged_kernel): its I values are the tile counter plus its step (< 2 *
+// tiles <= 2 * ncols), the column index (< ncols + one tile of <= 64 columns),
+// the row index d = rank*krows*ty + tyi + ty*k and the held-row count (< D +
+// cluster*ty <= D + 4096: no rank is empty), and the in-slab offset d * inner of
+// the cp.async source and the store, formed only for d < D (< D*inner <= numel).
+// All are below 2*numel + 2^20, so the register kernel's bound covers it and
+// nothing stricter is needed (it would allow up to about numel + 2^12; one
+// rule for both spatial kernels keeps the switch at the same element count).
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -422,21 +432,28 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
 }
 
 inline std::string_view softmax_cuda_path(const SoftmaxProblem& p, const SoftmaxGeometry& g) {
-  // [log][bwd][kernel][i64]
-  static constexpr std::string_view names[2][2][3][2] = {
+  // [log][bwd][kernel: lastdim_warp, lastdim_block, spatial, spatial_staged][i64]
+  static constexpr std::string_view names[2][2][4][2] = {
       {{{"softmax.fwd.cuda.lastdim_warp.i32", "softmax.fwd.cuda.lastdim_warp.i64"},
         {"softmax.fwd.cuda.lastdim_block.i32", "softmax.fwd.cuda.lastdim_block.i64"},
-        {"softmax.fwd.cuda.spatial.i32", "softmax.fwd.cuda.spatial.i64"}},
+        {"softmax.fwd.cuda.spatial.i32", "softmax.fwd.cuda.spatial.i64"},
+        {"softmax.fwd.cuda.spatial_staged.i32", "softmax.fwd.cuda.spatial_staged.i64"}},
        {{"softmax.bwd.cuda.lastdim_warp.i32", "softmax.bwd.cuda.lastdim_warp.i64"},
         {"softmax.bwd.cuda.lastdim_block.i32", "softmax.bwd.cuda.lastdim_block.i64"},
-        {"softmax.bwd.cuda.spatial.i32", "softmax.bwd.cuda.spatial.i64"}}},
+        {"softmax.bwd.cuda.spatial.i32", "softmax.bwd.cuda.spatial.i64"},
+        {"softmax.bwd.cuda.spatial_staged.i32", "softmax.bwd.cuda.spatial_staged.i64"}}},
       {{{"log_softmax.fwd.cuda.lastdim_warp.i32", "log_softmax.fwd.cuda.lastdim_warp.i64"},
         {"log_softmax.fwd.cuda.lastdim_block.i32", "log_softmax.fwd.cuda.lastdim_block.i64"},
-        {"log_softmax.fwd.cuda.spatial.i32", "log_softmax.fwd.cuda.spatial.i64"}},
+        {"log_softmax.fwd.cuda.spatial.i32", "log_softmax.fwd.cuda.spatial.i64"},
+        {"log_softmax.fwd.cuda.spatial_staged.i32", "log_softmax.fwd.cuda.spatial_staged.i64"}},
        {{"log_softmax.bwd.cuda.lastdim_warp.i32", "log_softmax.bwd.cuda.lastdim_warp.i64"},
         {"log_softmax.bwd.cuda.lastdim_block.i32", "log_softmax.bwd.cuda.lastdim_block.i64"},
-        {"log_softmax.bwd.cuda.spatial.i32", "log_softmax.bwd.cuda.spatial.i64"}}}};
-  return names[p.log ? 1 : 0][p.direction == Direction::Bwd ? 1 : 0][int(g.kernel)][g.index_bits == 64 ? 1 : 0];
+        {"log_softmax.bwd.cuda.spatial.i32", "log_softmax.bwd.cuda.spatial.i64"},
+        {"log_softmax.bwd.cuda.spatial_staged.i32", "log_softmax.bwd.cuda.spatial_staged.i64"}}}};
+  // The staged kernel (spatial with SoftmaxGeometry::staged) is its own path, so a
+  // trace or a test that reaches one spatial kernel says nothing about the other.
+  const int k = g.staged ? 3 : int(g.kernel);
+  return names[p.log ? 1 : 0][p.direction == Direction::Bwd ? 1 : 0][k][g.index_bits == 64 ? 1 : 0];
 }
 
 }  // namespace segred::detail

@@ -116,9 +116,8 @@ sm::KernelFn pick(const char* op, const SoftmaxProblem& p, const detail::Softmax
     default: throw TypeError("softmax: unsupported dtype on CUDA");
   }
   if (!fn)
-    throw DeviceError(detail::cat(op, ": no kernel instantiated for ", detail::softmax_cuda_path(p, g),
-                                  g.staged ? " (staged)" : "", " with ", ev, " elements per thread at vector width ",
-                                  vec, " (", dtype_name(p.dtype), ")"));
+    throw DeviceError(detail::cat(op, ": no kernel instantiated for ", detail::softmax_cuda_path(p, g), " with ", ev,
+                                  " elements per thread at vector width ", vec, " (", dtype_name(p.dtype), ")"));
   return fn;
 }
 

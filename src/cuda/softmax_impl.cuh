@@ -15,9 +15,10 @@
 //   spatial_kernel  spatial: inner > 1. A [ty x tx] block owns tx*V consecutive
 //                   columns; loads run along inner; ty threads (and a cluster)
 //                   split D; the column tile is resident when it fits.
-//   spatial_staged_kernel  (session 5) spatial, long columns: the block's slice
-//                   of the column tile staged in shared memory (cp.async), a
-//                   cluster over D, no EV (detail::softmax_staged_geometry).
+//   spatial_staged_kernel  spatial_staged (session 5; its own path since session
+//                   6): inner > 1, long columns: the block's slice of the column
+//                   tile staged in shared memory (cp.async), a cluster over D, no
+//                   EV (detail::softmax_staged_geometry).
 //
 // The math, per row (a "row" is one (outer, inner) column of D values), with the
 // building blocks of src/ops/softmax_ops.h (shared with the CPU kernels):

@@ -33,7 +33,7 @@ std::set<std::string> cuda_i64_paths_with_i32_twin() {
   std::set<std::string> out;
   for (const char* op : {"softmax", "log_softmax"})
     for (const char* dir : {".fwd", ".bwd"})
-      for (const char* k : {"lastdim_warp", "lastdim_block", "spatial"})
+      for (const char* k : {"lastdim_warp", "lastdim_block", "spatial", "spatial_staged"})
         out.insert(std::string(op) + dir + ".cuda." + k + ".i64");
   if (built_with_cuda()) {
     std::set<std::string> reg;
@@ -68,7 +68,7 @@ TEST(CheckLargeSoftmax, EveryCudaI64SoftmaxPathHasABoundaryCaseThePlanSendsThere
 
 TEST(CheckLargeSoftmax, ShapesMemoryNeedsAndCheckedElementsAreWellFormed) {
   const auto cases = cli::softmax_large_cases();
-  EXPECT_EQ(cases.size(), 16u);  // 4 shapes x {softmax, log_softmax} x {fwd, bwd}
+  EXPECT_EQ(cases.size(), 20u);  // 5 shapes x {softmax, log_softmax} x {fwd, bwd}
   std::set<std::string> names;
   for (const LargeSoftmaxCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -100,6 +100,23 @@ TEST(CheckLargeSoftmax, ShapesMemoryNeedsAndCheckedElementsAreWellFormed) {
   EXPECT_EQ(cases[0].shape, (Shape{1, 2, k2_31 + 1}));
   EXPECT_EQ(cases[0].dim, 1);
   EXPECT_EQ(cases[0].kernel, "spatial");
+  // The staged spatial case: [1, 325, 13215284] over dim 1, 2^32 + 4 elements,
+  // vector loads (inner % 4 == 0), CUDA only (the CPU's spatial shape is above).
+  int staged = 0;
+  for (const LargeSoftmaxCase& c : cases) {
+    if (c.kernel != "spatial_staged") continue;
+    ++staged;
+    EXPECT_EQ(c.shape, (Shape{1, 325, 13215284})) << c.name;
+    EXPECT_EQ(c.numel(), k2_32 + 4) << c.name;
+    EXPECT_EQ(c.shape[2] % 4, 0) << c.name;
+    EXPECT_EQ(c.boundary, "UINT32_MAX") << c.name;
+    EXPECT_FALSE(c.cpu) << c.name;
+    const SoftmaxProblem p = cuda_problem(c);
+    const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+    EXPECT_TRUE(g.staged) << c.name;
+    EXPECT_EQ(g.cluster, c.dir == Direction::Fwd ? 1 : 2) << c.name;
+  }
+  EXPECT_EQ(staged, 4);
 }
 
 cli::BoundarySizes small_sizes() { return cli::BoundarySizes::small_analogue(); }
@@ -163,6 +180,46 @@ TEST(CheckLargeSoftmax, ExpectedValuesAreTheClosedFormsAtTheRealSizes) {
     EXPECT_EQ(cli::large_expected(lb, k2_32 - 1), 0.0);
   }
   {
+    // spatial_staged [1, 325, C]: element d*C + c.
+    const int64_t D = 325, C = 13215284, m = D * C, last = (D - 1) * C;
+    const double q = cli::round_to_dtype(1.0 / 325, DType::Float16);
+    const double lq = cli::round_to_dtype(-std::log(325.0), DType::Float16);
+    const auto f = find("spatial_staged", "1x325x", false, Direction::Fwd);
+    EXPECT_EQ(cli::large_expected(f, 0), 1.0);
+    EXPECT_EQ(cli::large_expected(f, last), 0.0);
+    EXPECT_EQ(cli::large_expected(f, m - 1), 1.0);
+    EXPECT_EQ(cli::large_expected(f, C - 1), 0.0);
+    EXPECT_EQ(cli::large_expected(f, 1), q);
+    EXPECT_EQ(cli::large_expected(f, k2_31), q);
+    EXPECT_EQ(cli::large_expected(f, k2_32), q);
+    const auto lf = find("spatial_staged", "1x325x", true, Direction::Fwd);
+    EXPECT_EQ(cli::large_expected(lf, 0), 0.0);
+    EXPECT_EQ(cli::large_expected(lf, C), -65376.0);
+    EXPECT_EQ(cli::large_expected(lf, m - 1 - C), -65376.0);  // big - 2 rounds to big
+    EXPECT_EQ(cli::large_expected(lf, m - 1), 0.0);
+    EXPECT_EQ(cli::large_expected(lf, k2_32 - 1), lq);
+    const auto b = find("spatial_staged", "1x325x", false, Direction::Bwd);
+    EXPECT_EQ(cli::large_expected(b, 0), 1.25);
+    EXPECT_EQ(cli::large_expected(b, last), -1.25);
+    EXPECT_EQ(cli::large_expected(b, C), 0.263671875);  // y .527 x (0 + 0.5)
+    EXPECT_EQ(cli::large_expected(b, C - 1), 1.125);
+    EXPECT_EQ(cli::large_expected(b, m - 1), -1.125);
+    EXPECT_EQ(cli::large_expected(b, m - 1 - C), 0.263671875);
+    EXPECT_EQ(cli::large_expected(b, 1), 0.0);
+    EXPECT_EQ(cli::large_expected(b, last + 1), 0.0);
+    const auto lb = find("spatial_staged", "1x325x", true, Direction::Bwd);
+    EXPECT_EQ(cli::large_expected(lb, 0), 3.0);
+    EXPECT_EQ(cli::large_expected(lb, last), -3.0);
+    EXPECT_EQ(cli::large_expected(lb, C), 0.0);
+    EXPECT_EQ(cli::large_expected(lb, C - 1), -5.0);
+    EXPECT_EQ(cli::large_expected(lb, m - 1), 5.0);
+    EXPECT_EQ(cli::large_expected(lb, k2_32), 0.0);
+    // The uniform interior values are far from a float16 rounding tie, so the
+    // kernel's float result rounds as the float64 reference does.
+    EXPECT_EQ(cli::round_to_dtype(double(1.0f / 325.0f), DType::Float16), q);
+    EXPECT_EQ(cli::round_to_dtype(double(-std::log(325.0f)), DType::Float16), lq);
+  }
+  {
     const int64_t D = k2_31 + 2;
     const auto f = find("lastdim_block", "1x", false, Direction::Fwd);
     EXPECT_EQ(cli::large_expected(f, 0), 0.5);
@@ -196,7 +253,7 @@ TEST(CheckLargeSoftmax, SmallAnaloguesRunRightThroughTheCheckRunnerOnCpu) {
   for (const LargeSoftmaxCase& c : cli::softmax_large_cases(small_sizes())) {
     const cli::Row row = cli::run_softmax_large_case(c, DeviceRef{});
     EXPECT_EQ(row.verdict, "ok") << c.name << ": " << row.detail;
-    const std::string layout = c.kernel == "spatial" ? "spatial" : "lastdim";
+    const std::string layout = c.kernel.rfind("spatial", 0) == 0 ? "spatial" : "lastdim";
     EXPECT_EQ(row.paths, c.op() + (c.dir == Direction::Fwd ? ".fwd" : ".bwd") + ".cpu." + layout + ".i64") << c.name;
   }
 }

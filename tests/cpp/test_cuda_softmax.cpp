@@ -149,9 +149,10 @@ std::vector<double> make_input(const reference::SoftmaxShape& s, std::mt19937& r
 
 // `expect`: when set, the launch's grid and block must be its (the race cases pin
 // the geometry they were chosen for).
+// `path_out`: when set, receives the CUDA path the launch reached.
 template <class T>
 void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937& rng,
-              const detail::SoftmaxGeometry* expect = nullptr) {
+              const detail::SoftmaxGeometry* expect = nullptr, std::string* path_out = nullptr) {
   const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<T>(), dir, log, Backend::CUDA);
   const reference::SoftmaxShape rs{p.outer, p.dim_size, p.inner};
   std::string what = shape_string(c.shape) + " dim " + std::to_string(c.dim) + (log ? " log" : "") +
@@ -208,10 +209,12 @@ void run_case(const Geo& c, bool log, Direction dir, bool force64, std::mt19937&
     }
   ASSERT_EQ(cuda_paths.size(), 1u);
   const std::string path = cuda_paths[0];
+  if (path_out) *path_out = path;
   if (expect)
     EXPECT_NE(path.find(expect->kernel == detail::SoftmaxKernel::Block ? ".lastdim_block."
-                        : expect->kernel == detail::SoftmaxKernel::Spatial ? ".spatial."
-                                                                            : ".lastdim_warp."),
+                        : expect->kernel != detail::SoftmaxKernel::Spatial ? ".lastdim_warp."
+                        : expect->staged                                   ? ".spatial_staged."
+                                                                           : ".spatial."),
               std::string::npos)
         << path;
   reached().insert(path);
@@ -270,8 +273,46 @@ TYPED_TEST(CudaSoftmax, SpatialWithStagingOff) {
     if (p.inner == 1) continue;
     for (bool f64 : {false, true})
       for (bool log : {false, true})
-        for (Direction dir : {Direction::Fwd, Direction::Bwd}) run_case<TypeParam>(c, log, dir, f64, rng);
+        for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+          std::string path;
+          run_case<TypeParam>(c, log, dir, f64, rng, nullptr, &path);
+          // Session 6: the register kernel has its own path name, staged or not.
+          EXPECT_EQ(path, std::string(log ? "log_softmax" : "softmax") + (dir == Direction::Fwd ? ".fwd" : ".bwd") +
+                              ".cuda.spatial.i" + (f64 ? "64" : "32"))
+              << shape_string(c.shape);
+        }
   }
+}
+
+// Session 6: the staged kernel reports its own paths. The shapes() entries whose
+// plan stages (2- and 4-byte types, default caps) reach spatial_staged.i32 and
+// (forced) .i64 in every op and direction: the trace names exactly the plan's
+// staged path. (Every other spatial launch is asserted against its plan in
+// run_case and traced as spatial in SpatialWithStagingOff.)
+TYPED_TEST(CudaSoftmax, StagedShapesReachTheStagedPaths) {
+  SKIP_WITHOUT_GPU();
+  if (dtype_size(dtype_of<TypeParam>()) > 4) GTEST_SKIP() << "no staged kernel for float64";
+  std::mt19937 rng(888);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  int staged = 0;
+  for (const Geo& c : shapes())
+    for (bool f64 : {false, true})
+      for (bool log : {false, true})
+        for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+          SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<TypeParam>(), dir, log, Backend::CUDA);
+          p.sm_count = sms;
+          if (!detail::softmax_geometry(p).staged) continue;
+          ++staged;
+          std::string path;
+          run_case<TypeParam>(c, log, dir, f64, rng, nullptr, &path);
+          EXPECT_EQ(path, std::string(log ? "log_softmax" : "softmax") + (dir == Direction::Fwd ? ".fwd" : ".bwd") +
+                              ".cuda.spatial_staged.i" + (f64 ? "64" : "32"))
+              << shape_string(c.shape);
+        }
+  // 10 (shape, direction) pairs stage (5 fwd, 5 bwd; one block per tile and
+  // clusters of 2 to 16), x i32/i64 x softmax/log_softmax.
+  EXPECT_GE(staged, 10 * 2 * 2);
 }
 
 // Staged geometries at small sizes (every column staged: stage_min_d = 2; a
@@ -310,7 +351,12 @@ TYPED_TEST(CudaSoftmax, StagedSpatialSmallShapes) {
           const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
           detail::softmax_force_index64() = false;
           staged += g.staged;
-          run_case<TypeParam>(c.geo, log, dir, f64, rng, g.staged ? &g : nullptr);
+          std::string path;
+          run_case<TypeParam>(c.geo, log, dir, f64, rng, g.staged ? &g : nullptr, &path);
+          // Session 6: the staged launches report spatial_staged, the others spatial.
+          EXPECT_EQ(path, std::string(log ? "log_softmax" : "softmax") + (dir == Direction::Fwd ? ".fwd" : ".bwd") +
+                              (g.staged ? ".cuda.spatial_staged.i" : ".cuda.spatial.i") + (f64 ? "64" : "32"))
+              << shape_string(c.geo.shape);
         }
   }
   EXPECT_GE(staged, 30);
@@ -810,6 +856,60 @@ TEST(CudaSoftmaxHuge, Spatial_1x2x2p31p1_Fp16_FwdBwdSoftmaxAndLog) {
     for (int64_t c : {int64_t(1), L - 2})
       for (int64_t i : both(c)) e.push_back({i, 0.0});
     run_huge(s, 1, true, Direction::Bwd, kZero, pg, kHalfP, py, e, "spatial");
+  }
+}
+
+// [1, 325, 13215284] over dim 1, 2^32 + 4 elements (spatial_staged, the smallest
+// staged shape past UINT32_MAX: D = 325 >= 256 stages both directions, the inner
+// size a multiple of 4 for the 8-byte vectors; the backward takes a cluster of 2).
+// Column c holds elements d*C + c, so every column's rows pass 2^31 and 2^32:
+// cp.async sources and stores at in-slab offsets d*C up to 2^32 - C + c. The
+// same case as `segred check --large`'s large/spatial_staged rows. Memory: 3 x 8 GiB
+// (backward).
+TEST(CudaSoftmaxHuge, SpatialStaged_1x325x13215284_Fp16_FwdBwdSoftmaxAndLog) {
+  SKIP_WITHOUT_GPU();
+  const int64_t D = 325, C = 13215284, n = D * C, last = (D - 1) * C;
+  ASSERT_EQ(n, (int64_t(1) << 32) + 4);
+  const Shape s{1, D, C};
+  const double q = f16(1.0 / 325), lq = f16(-std::log(325.0));
+  // Interior columns: 1 and C - 2 (first and last rows), and the columns holding
+  // elements 2^31 and 2^32.
+  std::vector<int64_t> interior = {1, last + 1, C - 2, n - 2, int64_t(1) << 31, int64_t(1) << 32};
+  // Forward: every element -65376 but 0 (element 0) and 2 (element n - 1): column
+  // 0 -> (1, 0, ...) / (0, -65376, ...); last column -> (..., 0, 1) / (-65378 ->
+  // -65376, ..., 0); interior 1/325 / -ln 325.
+  const std::vector<Patch> px = {{0, 0.0}, {n - 1, 2.0}};
+  for (bool log : {false, true}) {
+    std::vector<Expect> e = {{0, log ? 0.0 : 1.0},
+                             {C, log ? f16(h(kBig)) : 0.0},
+                             {last, log ? f16(h(kBig)) : 0.0},
+                             {C - 1, log ? f16(h(kBig) - 2.0) : 0.0},
+                             {n - 1 - C, log ? f16(h(kBig) - 2.0) : 0.0},
+                             {n - 1, log ? 0.0 : 1.0}};
+    for (int64_t i : interior) e.push_back({i, log ? lq : q});
+    run_huge(s, 1, log, Direction::Fwd, kBig, px, 0, {}, e, "spatial_staged");
+  }
+  // softmax backward: interior g = 0 -> 0; column 0: y (0.5, 0.527 ..., 0.5), g
+  // (2, 0 ..., -3): sum g*y = -0.5 -> (1.25, 0.2637 ..., -1.25); last column: y
+  // (0.25, 0.527 ..., 0.75), g (4, 0 ..., -2) -> (1.125, 0.2637 ..., -1.125).
+  {
+    const std::vector<Patch> pg = {{0, 2.0}, {last, -3.0}, {C - 1, 4.0}, {n - 1, -2.0}};
+    const std::vector<Patch> py = {{0, 0.5}, {last, 0.5}, {C - 1, 0.25}, {n - 1, 0.75}};
+    const double mid = h(kHalfP) * 0.5;  // 0.263671875
+    std::vector<Expect> e = {{0, 1.25},     {C, mid},         {last, -1.25},
+                             {C - 1, 1.125}, {n - 1 - C, mid}, {n - 1, -1.125}};
+    for (int64_t i : interior) e.push_back({i, 0.0});
+    run_huge(s, 1, false, Direction::Bwd, kZero, pg, kHalfP, py, e, "spatial_staged");
+  }
+  // log_softmax backward: interior g = 0 -> 0; column 0: y (0, -65376 ...), g (2,
+  // 0 ..., -3): sum g = -1 -> (3, 0 ..., -3); last column: y (-65376 ..., 0), g
+  // (-5, 0 ..., 0.5): sum g = -4.5 -> (-5, 0 ..., 5).
+  {
+    const std::vector<Patch> pg = {{0, 2.0}, {last, -3.0}, {C - 1, -5.0}, {n - 1, 0.5}};
+    const std::vector<Patch> py = {{0, 0.0}, {n - 1, 0.0}};
+    std::vector<Expect> e = {{0, 3.0}, {C, 0.0}, {last, -3.0}, {C - 1, -5.0}, {n - 1 - C, 0.0}, {n - 1, 5.0}};
+    for (int64_t i : interior) e.push_back({i, 0.0});
+    run_huge(s, 1, true, Direction::Bwd, kZero, pg, kBig, py, e, "spatial_staged");
   }
 }
 

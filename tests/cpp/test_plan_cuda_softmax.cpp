@@ -8,6 +8,9 @@
 #include "segred/segred.h"
 
 #ifdef SEGRED_WITH_CUDA
+#include <set>
+
+#include "cli/softmax_cases.h"
 #include "src/core/softmax_geometry.h"
 
 namespace {
@@ -154,6 +157,14 @@ const std::vector<Case>& boundary_cases() {
       {{k2_32 + 1, 2}, 0, "spatial", 64},
       {{2, k2_31 / 2}, 0, "spatial", 64},
       {{8, 4, int64_t(1) << 28}, 1, "spatial", 64},
+      // inner > 1, long columns with vector loads: the staged kernel (session 6: its
+      // own path). [1, 325, 13215284] (2^32 + 4 elements: `segred check --large`'s
+      // spatial_staged case), [1, 2047, 2^19] (exactly 2^30 - 2^19 elements: the
+      // first i64 element count) and [2, 4096, 2^18 + 4] (past 2^31, clusters of
+      // 16 in the backward) over dim 1.
+      {{1, 325, 13215284}, 1, "spatial_staged", 64},
+      {{1, 2047, int64_t(1) << 19}, 1, "spatial_staged", 64},
+      {{2, 4096, (int64_t(1) << 18) + 4}, 1, "spatial_staged", 64},
   };
   return cases;
 }
@@ -198,8 +209,9 @@ TEST(CudaSoftmaxPlan, EveryCudaPathIsPlannedAndRegistered) {
   // Small shapes that reach each kernel at 32 bits; with the boundary cases above
   // (64 bits) every registered CUDA softmax path is some plan's answer.
   std::set<std::string> planned;
-  const std::vector<std::pair<Shape, int64_t>> small = {
-      {{7, 1}, -1}, {{300, 100}, -1}, {{16, 4096}, -1}, {{2, 300000}, -1}, {{4, 6, 5}, 1}, {{8192, 64}, 0}};
+  const std::vector<std::pair<Shape, int64_t>> small = {{{7, 1}, -1},      {{300, 100}, -1}, {{16, 4096}, -1},
+                                                         {{2, 300000}, -1}, {{4, 6, 5}, 1},   {{8192, 64}, 0},
+                                                         {{4, 300, 64}, 1}};  // last: spatial_staged (not fp64)
   for (bool log : {false, true})
     for (Direction dir : {Direction::Fwd, Direction::Bwd})
       for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
@@ -216,7 +228,173 @@ TEST(CudaSoftmaxPlan, EveryCudaPathIsPlannedAndRegistered) {
     ++n;
     EXPECT_TRUE(planned.count(std::string(info.name))) << info.name << " is registered but no plan picks it";
   }
-  EXPECT_EQ(n, 24);
+  EXPECT_EQ(n, 32);  // 4 kernels (lastdim_warp, lastdim_block, spatial, spatial_staged) x i32/i64 x op x dir
+}
+
+// Session 6: the staged spatial kernel is its own path, spatial_staged, named by
+// the plan exactly when the geometry stages (SoftmaxGeometry::staged), on each
+// side of the staging rules: forward D >= kSoftmaxStageFwdMinD (256), backward D
+// >= kSoftmaxStageBwdMinD (64) and 128-byte staged rows only, 2- and 4-byte types
+// (float64: spatial at any D), vector loads only (inner % V == 0).
+TEST(CudaSoftmaxPlan, StagedPathOnEachSideOfTheStagingRules) {
+  auto path = [](const Shape& s, Direction dir, bool log, DType dt, int max_cluster = 16) {
+    SoftmaxProblem p = cuda_problem(s, 1, dir, log, dt);
+    p.max_cluster = max_cluster;
+    const Plan plan = plan_softmax(p);
+    const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+    // The name follows the geometry's staged flag, and it is registered.
+    EXPECT_EQ(plan.path.find(".spatial_staged.") != std::string::npos, g.staged) << plan;
+    expect_consistent(p);
+    return std::string(plan.path);
+  };
+  const int64_t fwd_min = detail::kSoftmaxStageFwdMinD, bwd_min = detail::kSoftmaxStageBwdMinD;
+  EXPECT_EQ(fwd_min, 256);
+  EXPECT_EQ(bwd_min, 64);
+  constexpr Direction F = Direction::Fwd, B = Direction::Bwd;
+  for (bool log : {false, true}) {
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (log ? " log" : ""));
+      // Forward: D = 255 register, 256 staged (inner 64: vector loads in every dtype).
+      EXPECT_EQ(path({128, fwd_min - 1, 64}, F, log, dt), expected_name(log, F, "spatial", 32));
+      EXPECT_EQ(path({128, fwd_min, 64}, F, log, dt), expected_name(log, F, "spatial_staged", 32));
+      EXPECT_EQ(path({128, fwd_min + 1, 64}, F, log, dt), expected_name(log, F, "spatial_staged", 32));
+      // Backward: D = 63 register, 64 staged (128-byte rows of g and y fit one block).
+      EXPECT_EQ(path({128, bwd_min - 1, 64}, B, log, dt), expected_name(log, B, "spatial", 32));
+      EXPECT_EQ(path({128, bwd_min, 64}, B, log, dt), expected_name(log, B, "spatial_staged", 32));
+      // Between the thresholds: the backward stages, the forward does not.
+      EXPECT_EQ(path({128, 200, 64}, F, log, dt), expected_name(log, F, "spatial", 32));
+      EXPECT_EQ(path({128, 200, 64}, B, log, dt), expected_name(log, B, "spatial_staged", 32));
+      // Scalar loads (inner % V != 0): the register path at any D.
+      EXPECT_EQ(path({128, 1000, 66}, F, log, dt), expected_name(log, F, "spatial", 32));
+      EXPECT_EQ(path({128, 1000, 66}, B, log, dt), expected_name(log, B, "spatial", 32));
+      EXPECT_EQ(path({128, 1000, 64}, F, log, dt), expected_name(log, F, "spatial_staged", 32));
+      EXPECT_EQ(path({128, 1000, 64}, B, log, dt), expected_name(log, B, "spatial_staged", 32));
+    }
+    // float64: no staged kernel.
+    for (int64_t D : {fwd_min - 1, fwd_min, int64_t(1000), int64_t(8192)})
+      for (Direction dir : {F, B})
+        EXPECT_EQ(path({4, D, 64}, dir, log, DType::Float64), expected_name(log, dir, "spatial", 32)) << D;
+  }
+  // The 128-byte-row rule of the backward: [8192, 8192] over dim 0 (inner 8192).
+  // At the default caps the forward stages 128-byte rows over 16 ranks and the
+  // backward (g and y: 128 KB per rank of 16) keeps the register path; with at
+  // most 8 blocks per cluster the forward stages 64-byte rows, the backward,
+  // which stages 128-byte rows only, still does not.
+  for (DType dt : {DType::Float32, DType::Float16}) {
+    const int es = dtype_size(dt);
+    for (int mc : {16, 8}) {
+      SoftmaxProblem f = cuda_problem({8192, 8192}, 0, F, false, dt);
+      f.max_cluster = mc;
+      const auto gf = detail::softmax_geometry(f);
+      EXPECT_TRUE(gf.staged) << mc;
+      EXPECT_EQ(gf.tx * gf.vec * es, mc == 16 ? 128 : 64) << mc;
+      EXPECT_EQ(plan_softmax(f).path, "softmax.fwd.cuda.spatial_staged.i32") << mc;
+      SoftmaxProblem b = cuda_problem({8192, 8192}, 0, B, false, dt);
+      b.max_cluster = mc;
+      EXPECT_FALSE(detail::softmax_geometry(b).staged) << mc;
+      EXPECT_EQ(plan_softmax(b).path, "softmax.bwd.cuda.spatial.i32") << mc;
+    }
+  }
+  // A backward that stages at 16 ranks but not at 2 (128-byte rows of [3, 1000,
+  // 64] fp32 g and y need 4 ranks): the fallback caps give the register path.
+  EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 16), "softmax.bwd.cuda.spatial_staged.i32");
+  EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 4), "softmax.bwd.cuda.spatial_staged.i32");
+  EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 2), "softmax.bwd.cuda.spatial.i32");
+  // Staging off (the test hook: budget 0): spatial everywhere.
+  detail::softmax_test_caps().stage_bytes = 0;
+  EXPECT_EQ(path({128, 1000, 64}, F, false, DType::Float32), "softmax.fwd.cuda.spatial.i32");
+  EXPECT_EQ(path({128, 1000, 64}, B, true, DType::Float16), "log_softmax.bwd.cuda.spatial.i32");
+  detail::softmax_test_caps().stage_bytes = int64_t(64) << 10;
+}
+
+// Session 6: spatial_staged's i32/i64 switch. Its kernel forms no index above the
+// register spatial kernel's bound (softmax_geometry.h, "Index width"), so the rule
+// is the same: i32 while 2*numel + 2^20 < 2^31, i.e. numel < 2^30 - 2^19 =
+// 1073217536. Staged shapes need inner % 4 == 0, so numel is a multiple of 4:
+// just below the bound [1, 4079, 263108] (4 * 4079 * 65777 = bound - 4; clusters
+// of 8 fwd, 16 bwd in float32) and [1, 256, 4192252] (bound - 1024), at it [1,
+// 2047, 2^19] (= bound) and [1, 256, 4192256] (= bound). No allocation.
+TEST(CudaSoftmaxPlan, StagedIndexWidthAtTheBound) {
+  const int64_t bound = (int64_t(1) << 30) - (int64_t(1) << 19);
+  EXPECT_EQ(2 * bound + detail::kSoftmaxIndexSlack, k2_31);
+  struct S {
+    Shape shape;
+    int bits;
+  };
+  const std::vector<S> cases = {{{1, 4079, 263108}, 32},
+                                {{1, 256, 4192252}, 32},
+                                {{1, 2047, int64_t(1) << 19}, 64},
+                                {{1, 256, 4192256}, 64},
+                                {{1, 325, 13215284}, 64}};
+  EXPECT_EQ(numel(cases[0].shape), bound - 4);
+  EXPECT_EQ(numel(cases[1].shape), bound - 1024);
+  EXPECT_EQ(numel(cases[2].shape), bound);
+  EXPECT_EQ(numel(cases[3].shape), bound);
+  for (const S& c : cases)
+    for (bool log : {false, true})
+      for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+        for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+          const SoftmaxProblem p = cuda_problem(c.shape, 1, dir, log, dt);
+          const Plan plan = plan_softmax(p);
+          EXPECT_EQ(std::string(plan.path), expected_name(log, dir, "spatial_staged", c.bits))
+              << shape_string(c.shape) << " " << dtype_name(dt);
+          EXPECT_EQ(plan.index_bits, c.bits);
+          expect_consistent(p);  // i32: every index the staged kernel forms < 2^31
+          // The same switch as the register kernel's (staging off).
+          detail::softmax_test_caps().stage_bytes = 0;
+          const Plan reg = plan_softmax(p);
+          detail::softmax_test_caps().stage_bytes = int64_t(64) << 10;
+          EXPECT_EQ(std::string(reg.path), expected_name(log, dir, "spatial", c.bits)) << shape_string(c.shape);
+        }
+        // float64 on the same shapes: spatial, the same width.
+        const Plan f64 = plan_softmax(cuda_problem(c.shape, 1, dir, log, DType::Float64));
+        EXPECT_EQ(std::string(f64.path), expected_name(log, dir, "spatial", c.bits)) << shape_string(c.shape);
+      }
+  // The forced-i64 test hook reaches spatial_staged.i64 on small shapes (the CUDA
+  // tests run it against the reference).
+  detail::softmax_force_index64() = true;
+  EXPECT_EQ(std::string(plan_softmax(cuda_problem({2, 300, 64}, 1, Direction::Bwd, true, DType::Float16)).path),
+            "log_softmax.bwd.cuda.spatial_staged.i64");
+  detail::softmax_force_index64() = false;
+  EXPECT_EQ(std::string(plan_softmax(cuda_problem({2, 300, 64}, 1, Direction::Bwd, true, DType::Float16)).path),
+            "log_softmax.bwd.cuda.spatial_staged.i32");
+}
+
+// `segred check` (cli/softmax_cases.cpp, no --large) on CUDA must reach every
+// registered CUDA softmax path except the i64 twins (those need --large: their
+// cases are test_check_large_softmax.cpp's): its inputs, in every dtype and op,
+// forward and backward, plan to every i32 path, spatial_staged included
+// (staged_columns, long_columns_tiles) and spatial (float64, short columns).
+TEST(CudaSoftmaxPlan, CheckMatrixReachesEveryCudaI32Path) {
+  std::set<std::string> planned;
+  for (const cli::SoftmaxCase& c : cli::softmax_cases()) {
+    const cli::SoftmaxInput& in = *c.input;
+    if (numel(in.shape) == 0) continue;  // no kernel runs
+    DType dt = DType::Float64;
+    for (DType t : {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16})
+      if (dtype_name(t) == c.dtype) dt = t;
+    for (Direction dir : {Direction::Fwd, Direction::Bwd})
+      planned.insert(std::string(plan_softmax(make_softmax_problem(in.shape, in.dim, dt, dir, c.log, Backend::CUDA)).path));
+  }
+  int n = 0;
+  for (const PathInfo& info : paths()) {
+    if (info.backend != Backend::CUDA || (info.op != "softmax" && info.op != "log_softmax") || info.index_bits != 32)
+      continue;
+    ++n;
+    EXPECT_TRUE(planned.count(std::string(info.name))) << info.name << " is not reached by the check matrix";
+  }
+  EXPECT_EQ(n, 16);
+  for (const auto& p : planned) EXPECT_NE(p.find(".i32"), std::string::npos) << p;
+  // The staged input reaches spatial_staged in the 2- and 4-byte dtypes, spatial in float64.
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      const auto g = detail::softmax_geometry(make_softmax_problem({2, 300, 24}, 1, dt, dir, false, Backend::CUDA));
+      EXPECT_EQ(g.staged, dt != DType::Float64) << dtype_name(dt);
+    }
+  bool has_staged_input = false;
+  for (const cli::SoftmaxInput& in : cli::softmax_inputs())
+    has_staged_input |= in.name == "staged_columns" && in.shape == Shape{2, 300, 24} && in.dim == 1;
+  EXPECT_TRUE(has_staged_input);
 }
 
 // Elements per thread per array (v4): registers hold raw loaded vectors, 128 bytes

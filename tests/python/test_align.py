@@ -153,13 +153,15 @@ def test_a_correct_softmax_implementation_yields_no_wrong_rows():
 
 def test_large_case_list_is_well_formed():
     cases = align.large_cases()
-    assert len(cases) == 16  # 4 shapes x softmax/log_softmax x fwd/bwd
+    assert len(cases) == 20  # 5 shapes x softmax/log_softmax x fwd/bwd
     first = cases[0]
     assert first["shape"] == (1, 2, 2**31 + 1) and first["dim"] == 1 and first["kernel"] == "spatial"
-    assert {c["kernel"] for c in cases} == {"spatial", "lastdim_block", "lastdim_warp"}
+    kernels = ("spatial", "spatial_staged", "lastdim_block", "lastdim_warp")
+    assert {c["kernel"] for c in cases} == set(kernels)
     assert {c["cuda_path"] for c in cases} == {
-        f"{op}.{d}.cuda.{k}.i64" for op in ("softmax", "log_softmax") for d in ("fwd", "bwd")
-        for k in ("spatial", "lastdim_block", "lastdim_warp")}
+        f"{op}.{d}.cuda.{k}.i64" for op in ("softmax", "log_softmax") for d in ("fwd", "bwd") for k in kernels}
+    staged = [c for c in cases if c["kernel"] == "spatial_staged"]
+    assert all(c["shape"] == (1, 325, 13215284) and c["numel"] == 2**32 + 4 for c in staged)
     for c in cases:
         n = c["numel"]
         assert n == int(np.prod(c["shape"])) and n > 2**31
@@ -190,7 +192,7 @@ def test_large_cases_state_their_memory_need_and_skip_without_it(monkeypatch):
 
 def test_small_analogues_of_the_large_cases_match_on_cpu_torch_and_segred():
     rows = align.align_large(align.TorchSoftmax(), "cpu", align.large_cases(small=True), beside=align.SegredSoftmax())
-    assert len(rows) == 16
+    assert len(rows) == 20
     for r in rows:
         assert r.verdict == "ok" and r.segred == "ok", r
 
