@@ -26,7 +26,8 @@ template <class Idx>
 size_t merge_space_bytes(const detail::SegmentLayout& lay, const Segments& seg, const detail::SegmentGeometry& geo);
 
 // Queues prepare on c.stream: fills c.q, c.tile_i, c.tile_j, c.long_list and
-// c.long_count (0) from c.arena; records the launch under c.path.
+// c.long_count ([0] the fix-up counter, 0; [1] 1 when a crossing segment may span
+// more than kShortFix tiles) from c.arena; records the launch under c.path.
 template <class Idx>
 void prepare_merge_space(const char* op, const detail::SegmentLayout& lay, const Segments& seg, LaunchCtx& c);
 

@@ -21,6 +21,7 @@ struct MergeSpaceProbe {
   std::vector<int64_t> q;               // U + 1 entries
   std::vector<int64_t> tile_i, tile_j;  // W + 1 entries each (empty without tiles)
   int64_t long_count = -1;              // the fix-up counter after prepare (0), -1 without tiles
+  int64_t long_flag = -1;   // prepare's "a crossing segment may span > kShortFix tiles" (0/1), -1 without tiles
 };
 
 MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, Reduce reduce = Reduce::Sum,

@@ -865,6 +865,12 @@ __global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__
       fn.finish(t, f, fn.combine(acc, head[w * inner + f]));
     }
   }
+  // long_count[1] (written by prepare) is 0 when no crossing segment spans more
+  // than kShortFix tiles: phase 1 listed none, and nothing after the grid.sync
+  // has work. The same value in every block. (Session 6: the grid.sync and the
+  // counter's re-read were part of the 5-12 us this kernel takes on calls of
+  // short segments; bench/NOTES.md.)
+  if (long_count[1] == 0) return;
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
   grid.sync();
   const unsigned nlong = __ldcg(long_count);

@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
   if (gtid == 0) {
     a.q[0] = 0;
     a.q[a.outer * (a.S + 1) + 1] = Idx(a.outer * a.L);
-    if (a.long_count) *a.long_count = 0;
+    if (a.long_count) a.long_count[0] = a.long_count[1] = 0;
   }
   bool need_scan = a.lengths;
   if (!a.lengths) {
@@ -274,8 +274,24 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
     return;
   }
   // 3. partition (q is complete: the speculative pass and one grid.sync, or the scan)
-  const CgRead<Idx> q1{a.q + 1};
-  for (int64_t w = gtid; w <= a.W; w += gstride) partition_tile(q1, a.nseg, a.nel, w, a.items, a.tile_i, a.tile_j);
+  const CgRead<Idx> q0{a.q}, q1{a.q + 1};
+  bool long_seg = false;
+  for (int64_t w = gtid; w <= a.W; w += gstride) {
+    partition_tile(q1, a.nseg, a.nel, w, a.items, a.tile_i, a.tile_j);
+    // The segment t open at boundary w: its carries start in tile w0 (the end of
+    // segment t - 1) and it completes in tile we (its own end); fixup_tree lists
+    // it when we - w0 > kShortFix. Every crossing segment is open at some
+    // boundary, so long_count[1] = 0 proves phase 1 lists none (fixup_tree then
+    // returns without its grid.sync). One tile of slack: it may only say "long"
+    // too often, which costs the grid.sync and nothing else.
+    const Idx t = a.tile_i[w];
+    if (a.long_count && t < a.nseg) {
+      const int64_t w0 = t == 0 ? 0 : (int64_t(t) - 1 + int64_t(q0[t])) / a.items;
+      const int64_t we = (int64_t(t) + int64_t(q0[t + 1])) / a.items;
+      long_seg |= we - w0 >= kShortFix;
+    }
+  }
+  if (long_seg) a.long_count[1] = 1;  // every writer writes 1
 }
 
 template <int ES>
@@ -357,7 +373,7 @@ template <class Idx>
 size_t prepare_bytes(const detail::SegmentGeometry& geo, int64_t scan_target, bool tiles) {
   size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<int>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
   if (tiles)
-    b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(1) +
+    b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(2) +
          Arena::bytes<Idx>(geo.workers / kShortFix + 1);
   return b;
 }
@@ -388,7 +404,7 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
     a.items = geo.items;
     a.tile_i = c.arena->take<Idx>(geo.workers + 1);
     a.tile_j = c.arena->take<Idx>(geo.workers + 1);
-    a.long_count = c.arena->take<unsigned>(1);
+    a.long_count = c.arena->take<unsigned>(2);  // [0] fix-up counter, [1] a long crossing segment may exist
     c.long_list = c.arena->take<Idx>(geo.workers / kShortFix + 1);
     c.tile_i = a.tile_i;
     c.tile_j = a.tile_j;
@@ -582,18 +598,19 @@ MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, R
     };
     const auto q = back(c.q, c.geo.segs + 1);
     std::vector<Idx> ti, tj;
-    unsigned lc = 0;
+    unsigned lc[2] = {0, 0};
     if (r.tiles) {
       ti = back(c.tile_i, c.geo.workers + 1);
       tj = back(c.tile_j, c.geo.workers + 1);
-      SEGRED_CUDA_CHECK(cudaMemcpyAsync(&lc, c.long_count, sizeof(unsigned), cudaMemcpyDeviceToHost, s),
+      SEGRED_CUDA_CHECK(cudaMemcpyAsync(lc, c.long_count, 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, s),
                         "probe_merge_space: copy");
     }
     SEGRED_CUDA_CHECK(cudaStreamSynchronize(s), "probe_merge_space: cudaStreamSynchronize");
     r.q.assign(q.begin(), q.end());
     r.tile_i.assign(ti.begin(), ti.end());
     r.tile_j.assign(tj.begin(), tj.end());
-    r.long_count = r.tiles ? int64_t(lc) : -1;
+    r.long_count = r.tiles ? int64_t(lc[0]) : -1;
+    r.long_flag = r.tiles ? int64_t(lc[1]) : -1;
     c.arena = nullptr;
   };
   if (c.geo.index_bits == 32)

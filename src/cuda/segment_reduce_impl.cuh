@@ -56,7 +56,8 @@ struct LaunchCtx {
   const void* tile_i = nullptr;  // Idx[geo.workers + 1]: tile starts (not for prod backward)
   const void* tile_j = nullptr;
   void* long_list = nullptr;         // Idx[geo.workers / kShortFix + 1]
-  unsigned* long_count = nullptr;    // 0 after prepare: one reduction pass (one fixup) per call
+  unsigned* long_count = nullptr;    // [0] 0 after prepare: one reduction pass (one fixup) per call;
+                                     // [1] prepare's long-segment flag (fixup_tree's early exit)
   int64_t outer = 1, L = 0, inner = 1, S = 0;
   const char* path = "";
   Arena* arena = nullptr;

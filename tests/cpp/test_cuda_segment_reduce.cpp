@@ -292,6 +292,31 @@ TEST_P(CudaSegmentReduce, LongSegmentsChunkedFixup) {
                  GetParam(), r, random_data(rng, R * inner, r, GetParam()), rng);
 }
 
+// Session 6: fixup_tree returns after phase 1 when prepare found no crossing
+// segment spanning more than 32 tiles (long_count[1] == 0). Segments of 30 to 34
+// flat tiles (512 merge items, 1024 for 16-bit types), each length off by a few
+// items and separated by short ones so that their tile alignment varies, land on
+// both sides of the threshold: the results must equal the reference and the CPU
+// whichever side each is on (a flag of 0 with a listed segment would leave that
+// segment's output unwritten: poisoned).
+TEST_P(CudaSegmentReduce, SegmentsAroundTheLongFixupThreshold) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const int64_t items = dtype_size(GetParam()) == 2 ? 1024 : 512;
+  std::vector<int64_t> lens;
+  for (int64_t k = 30; k <= 34; ++k)
+    for (int64_t d : {-2, 0, 3}) {
+      lens.push_back(k * items + d);
+      lens.push_back(1 + (k * 7 + d) % 13);
+    }
+  int64_t L = 0;
+  for (auto v : lens) L += v;
+  for (const char* r : {"sum", "max"})
+    check_cuda(from_lengths({L}, 0, {lens}), GetParam(), r, random_data(rng, L, r, GetParam()), rng);
+}
+
 // v6: the flat kernels stage a tile with 16-byte vectors from the vector boundary
 // at or before its first position when data (and, backward, grad_input) are
 // 16-byte aligned, element by element otherwise. Every tile phase (j0 mod the

@@ -308,6 +308,42 @@ TEST(CudaSegmentReducePrepare, InvalidMetadata) {
   }
 }
 
+// Session 6: prepare raises long_count[1] when a crossing segment may span more
+// than kShortFix (32) tiles, and fixup_tree skips its grid.sync and phases 2-3
+// when it is 0. The flag must be 1 whenever fixup_tree's phase 1 would list a
+// segment (tile we of its end minus tile w0 of its predecessor's end > 32, from
+// the probe's q and tiles), and it should be 0 for short segments (else the
+// early exit never runs). CudaSegmentReduce.SegmentsAroundTheLongFixupThreshold
+// checks the results around the same threshold.
+TEST(CudaSegmentReducePrepare, LongSegmentFlag) {
+  SEGRED_NEED_GPU();
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    const int64_t items = dt == DType::BFloat16 ? 1024 : 512;
+    for (int64_t k : {int64_t(0), int64_t(28), int64_t(30), int64_t(31), int64_t(32), int64_t(33), int64_t(40)}) {
+      std::vector<int64_t> lens(3000, 16);
+      if (k > 0) lens[1234] = k * items + 5;
+      const int64_t L = total(lens);
+      const Tensor data = Tensor::empty({L}, dt, kGpu);
+      const Tensor md = dev(make_index(lens, {int64_t(lens.size())}, DType::Int64));
+      Segments sd;
+      sd.lengths = md.view();
+      const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd);
+      ASSERT_EQ(p.items, items);
+      bool listed = false;  // fixup_tree's phase-1 rule, on the probe's q and tiles
+      for (int64_t w = 0; w < p.workers; ++w) {
+        const int64_t t = p.tile_i[size_t(w)];
+        if (!(p.tile_i[size_t(w + 1)] > t && p.q[size_t(t)] < p.tile_j[size_t(w)])) continue;
+        const int64_t w0 = t == 0 ? 0 : (t - 1 + p.q[size_t(t)]) / items;
+        listed = listed || w - w0 > 32;
+      }
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " segment of " << k << " tiles");
+      if (listed) EXPECT_EQ(p.long_flag, 1);
+      if (k == 0 || k == 28) EXPECT_EQ(p.long_flag, 0) << "short segments must let fixup_tree skip its grid.sync";
+      if (k == 40) EXPECT_TRUE(listed);
+    }
+  }
+}
+
 // unsafe = true never synchronises: the whole call (prepare included) is
 // captured into a CUDA graph, which a synchronisation or a device-to-host copy
 // would break; the replay equals the eager call.
