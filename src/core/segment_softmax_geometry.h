@@ -18,15 +18,22 @@
 // (max, sum) statistics, a block-level segmented scan joins the chunks, and the
 // results are written in place and copied out with coalesced 16-byte stores.
 //
-// Shared memory per block (<= 47 KiB, so every launch fits the default 48 KiB):
+// Shared memory per block: the tile part (<= 47 KiB, kSsSmemBudget) is
 //   arrays x (T*W + 16 bytes of alignment pad) elements, (T+1) uint16 segment
 //   ends, block*V statistics (scan partials, then per-chunk totals), block int
-//   keys. T is the largest tile that fits, at most 8192 items.
+//   keys; T is the largest tile that fits, at most 8192 items. Then, for the
+//   row-output kinds with V = 4 (no middle-piece slot in registers: ss_fifo), one
+//   middle-piece slot per thread: block*V statistics (8 KiB forward, 4 KiB
+//   backward at 256 threads) OUTSIDE the tile budget, so the tile keeps its size
+//   and the launch opts in above 48 KiB (<= kSsSmemLimit = 55 KiB: with the 1 KiB
+//   the driver reserves per block, 4 blocks of 256 threads still fit the 228 KiB
+//   of an H100/H200 SM, as the (256, 4) launch bounds' 64 registers allow).
 //
 // Worked example (GAT: 10M edges, 8 heads, float32, forward): V = 4, W = 8, one
 // slab, G = 2 lanes per row, 128 chunks; per item 8*4 + 2 = 34 bytes, fixed
 // 256*4*8 + 1024 + 64 = 9280 bytes, so T = (48128 - 9280) / 34 = 1142 items; E =
 // ceil(1142 / 128) = 9. With 1M nodes: D = 11M + 2, 9633 tiles, grid 9633 x 256.
+// Shared memory 48064 bytes of tile + 8192 of middle-piece slots = 56256 (55 KiB).
 //
 // Index width: 32-bit only when every index a kernel forms stays below 2^31:
 // element offsets (outer*L*inner), per-segment outputs (outer*S*inner), merge
@@ -58,7 +65,19 @@ constexpr int ss_stat_bytes(SsKind k, DType t) {
 
 constexpr int kSsBlock = 256;
 constexpr int kSsSlabBytes = 64;  // bytes of a row a block stages when inner is wider
-constexpr int64_t kSsSmemBudget = 47 * 1024;
+constexpr int64_t kSsSmemBudget = 47 * 1024;  // the tile part (arrays, ends, stats, keys)
+// Middle pieces a lane keeps for the row pass (V = features per lane): in
+// registers (V = 1: 4, V = 2: 2, V = 4: none: one register slot of 4 (max, sum)
+// pairs made ptxas spill ~200 bytes under the (256, 4) launch bounds), and in
+// shared memory (one slot per thread, V = 4 only, the row-output kinds that have
+// a statistic); the chunk's further middle pieces are written by the walk itself
+// (write_pieces).
+constexpr int ss_fifo(int V) { return V >= 4 ? 0 : V == 2 ? 2 : 4; }
+constexpr int ss_smem_slots(SsKind k, int V) {
+  return k != SsKind::LseFwd && k != SsKind::LseBwd && ss_fifo(V) == 0 ? 1 : 0;
+}
+constexpr int64_t kSsSlotBytesMax = int64_t(kSsBlock) * 4 * 8;  // 256 threads x V = 4 x (max, sum) float
+constexpr int64_t kSsSmemLimit = kSsSmemBudget + kSsSlotBytesMax;  // a block's dynamic shared memory
 constexpr int64_t kSsMaxItems = 8192;  // tile-relative segment ends fit uint16
 constexpr int64_t kSsIndex32Limit = int64_t(1) << 31;
 
@@ -85,8 +104,11 @@ struct SegmentSoftmaxGeometry {
   int arrays = 1;
   int stat_bytes = 0;
   int64_t segs = 0, positions = 0, tiles = 0, grid = 0;
-  // Shared-memory layout (bytes): arrays at k * array_bytes, then ends, stats, keys.
-  int64_t array_bytes = 0, smem_ends = 0, smem_stats = 0, smem_keys = 0, smem_bytes = 0;
+  // Shared-memory layout (bytes): arrays at k * array_bytes, then ends, stats, keys
+  // (the tile part: smem_slots bytes), then the middle-piece slots (slot_bytes,
+  // 0 when the kind / V has none).
+  int64_t array_bytes = 0, smem_ends = 0, smem_stats = 0, smem_keys = 0, smem_slots = 0, slot_bytes = 0,
+          smem_bytes = 0;
   int index_bits = 64;
 };
 
@@ -97,7 +119,9 @@ inline void ss_layout(SegmentSoftmaxGeometry& g, int es) {
   g.smem_ends = g.arrays * g.array_bytes;
   g.smem_stats = g.smem_ends + ss_round16((g.items + 1) * 2);
   g.smem_keys = g.smem_stats + ss_round16(int64_t(g.block) * g.vec * g.stat_bytes);
-  g.smem_bytes = g.smem_keys + int64_t(g.block) * 4;
+  g.smem_slots = g.smem_keys + int64_t(g.block) * 4;  // a multiple of 16 (block: a multiple of 32)
+  g.slot_bytes = ss_smem_slots(g.kind, g.vec) * ss_round16(int64_t(g.block) * g.vec * g.stat_bytes);
+  g.smem_bytes = g.smem_slots + g.slot_bytes;
 }
 
 // `aligned`: the data pointers are 16-byte aligned (the planner assumes they are;
@@ -136,7 +160,7 @@ inline SegmentSoftmaxGeometry segment_softmax_geometry(const SegmentSoftmaxProbl
   if (max_items > 0) g.items = std::min(g.items, max_items);
   for (;;) {
     ss_layout(g, es);
-    if (g.smem_bytes <= kSsSmemBudget || g.items == 1) break;
+    if (g.smem_slots <= kSsSmemBudget || g.items == 1) break;  // the slots are outside the tile budget
     --g.items;
   }
   g.chunks = block / G;

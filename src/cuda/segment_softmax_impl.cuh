@@ -173,15 +173,30 @@ struct FixFn {
   }
 };
 
-// Launch viability (DESIGN.md): occupancy must report a resident block.
+// Launch viability (DESIGN.md): occupancy must report a resident block. Above
+// 48 KiB of dynamic shared memory (the V = 4 middle-piece slots: up to
+// detail::kSsSmemLimit) the kernel opts in first, so the occupancy query sees the
+// launch as it will run. The opt-in only ever grows per kernel (a cached answer
+// for a smaller size stays valid after a larger one set the attribute).
 template <class Kernel>
 bool block_viable(Kernel k, int block, int64_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, int, int64_t>, bool> cache;
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(k), block, smem);
+  static std::map<const void*, int64_t> opted;  // the attribute each kernel was set to
+  const void* kp = reinterpret_cast<const void*>(k);
+  const auto key = std::make_tuple(kp, block, smem);
   std::lock_guard<std::mutex> lk(mu);
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  int64_t& cur = opted[kp];
+  if (smem > 48 * 1024 && smem > cur) {
+    if (cudaFuncSetAttribute(kp, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+      cudaGetLastError();
+      cache[key] = false;
+      return false;
+    }
+    cur = smem;
+  }
   int n = 0;
   const bool ok = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, block, size_t(smem)) == cudaSuccess && n >= 1;
   if (!ok) cudaGetLastError();

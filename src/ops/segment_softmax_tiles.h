@@ -31,8 +31,10 @@
 //               sum backward), reset where a segment ends. A segment that starts
 //               and ends inside the chunk (a middle piece) is final there:
 //               logsumexp stores it; the row-output kinds keep the first NF of
-//               them in registers for the row pass and, after the pass, write the
-//               rows of the others in place (write_pieces: max, sum of exp, rows).
+//               them in registers and the next NS in the thread's shared-memory
+//               slot (V = 4: NF = 0, NS = 1) for the row pass and, after the pass,
+//               write the rows of the others in place (write_pieces: max, sum of
+//               exp, rows).
 //               Left: the partial of the chunk's first segment (if it closes in
 //               the chunk) and of the segment open at its end.
 //   scan        segmented inclusive scan over the chunks of each feature lane of
@@ -165,6 +167,16 @@ struct Pol {
       return Prep{t, A(0)};
     }
   }
+  // A Prep in a Stat's bytes (the shared-memory middle-piece slot): forward
+  // (a, b) as (m, s); backward only a (b is 0: prep's Prep{t, 0}).
+  static SEGRED_HD Stat pack(const Prep& p) {
+    if constexpr (kFwd) return Stat{p.a, p.b};
+    else return p.a;
+  }
+  static SEGRED_HD Prep unpack(const Stat& t) {
+    if constexpr (kFwd) return Prep{t.m, t.s};
+    else return Prep{t, A(0)};
+  }
   static SEGRED_HD A apply(A v0, A v1, const Prep& p) {
     if constexpr (K == SsKind::SoftmaxFwd) return ss_exp(v0 - p.a) * p.b;
     else if constexpr (K == SsKind::LogSoftmaxFwd) return (v0 - p.a) - p.b;
@@ -198,7 +210,7 @@ struct Params {
   Idx S = 0, U = 0, F = 1, tiles = 0, slabs = 1, items = 1;  // items: merge items per tile (T)
   int width = 1, lanes = 1, chunk_rows = 1, cvec = 1;
   bool contiguous = true;
-  int array_bytes = 0, smem_ends = 0, smem_stats = 0, smem_keys = 0;
+  int array_bytes = 0, smem_ends = 0, smem_stats = 0, smem_keys = 0, smem_slots = 0;
 };
 
 template <class Idx>
@@ -219,6 +231,7 @@ Params<Idx> params_of(const detail::SegmentSoftmaxGeometry& g, int64_t S, int64_
   p.smem_ends = int(g.smem_ends);
   p.smem_stats = int(g.smem_stats);
   p.smem_keys = int(g.smem_keys);
+  p.smem_slots = int(g.smem_slots);
   return p;
 }
 
@@ -286,14 +299,21 @@ SEGRED_HD Tile<Idx> tile_of(const Params<Idx>& p, Idx bid) {
 // Shared memory of a block (layout: SegmentSoftmaxGeometry).
 struct Smem {
   unsigned char* base;
-  int array_bytes, ends_at, stats_at, keys_at;
+  int array_bytes, ends_at, stats_at, keys_at, slots_at;
   template <class Idx>
   SEGRED_HD Smem(unsigned char* b, const Params<Idx>& p)
-      : base(b), array_bytes(p.array_bytes), ends_at(p.smem_ends), stats_at(p.smem_stats), keys_at(p.smem_keys) {}
+      : base(b),
+        array_bytes(p.array_bytes),
+        ends_at(p.smem_ends),
+        stats_at(p.smem_stats),
+        keys_at(p.smem_keys),
+        slots_at(p.smem_slots) {}
   template <class T> SEGRED_HD T* array(int k) const { return reinterpret_cast<T*>(base + k * array_bytes); }
   SEGRED_HD uint16_t* ends() const { return reinterpret_cast<uint16_t*>(base + ends_at); }
   template <class S> SEGRED_HD S* stats() const { return reinterpret_cast<S*>(base + stats_at); }
   SEGRED_HD int* keys() const { return reinterpret_cast<int*>(base + keys_at); }
+  // Middle-piece slots (detail::ss_smem_slots): thread tid's V statistics at tid * V.
+  template <class S> SEGRED_HD S* slots() const { return reinterpret_cast<S*>(base + slots_at); }
 };
 
 // ---------------------------------------------------------------- staging
@@ -436,14 +456,17 @@ SEGRED_HD void write_lse(const Params<Idx>& p, const Tile<Idx>& t, int fl, Idx v
 // ---------------------------------------------------------------- walk and scan
 
 // Middle pieces (segments that begin and end inside one chunk) whose statistics
-// a lane keeps in registers until the row pass: NF of them (V = 1: 4, V = 2: 2,
+// a lane keeps until the row pass: NF of them in registers (V = 1: 4, V = 2: 2,
 // V = 4: none: one slot of 4 (max, sum) pairs made ptxas spill ~200 bytes under
-// the (256, 4) launch bounds); the chunk's further middle pieces are written by
-// the walk itself (write_pieces).
-constexpr int ss_fifo(int V) { return V >= 4 ? 0 : V == 2 ? 2 : 4; }
+// the (256, 4) launch bounds), then NS in shared memory (V = 4: one slot per
+// thread, Smem::slots, outside the tile's budget); the chunk's further middle
+// pieces are written by the walk itself (write_pieces). Which kinds use the
+// shared slot: detail::ss_smem_slots (the geometry allocates it from the same rule).
+using detail::ss_fifo;
 
-template <class Stat, int V, int NF = ss_fifo(V)>
+template <class Stat, int V, int NF = ss_fifo(V), int NS = ss_fifo(V) == 0 ? 1 : 0>
 struct Lane {
+  static constexpr int kFifo = NF, kSlots = NS, kKept = NF + NS;
   int a = 0, b = 0;                  // rows [a, b) of this thread's chunk
   int kf = 0, kl = 0;                // segment of row a; segment open at the chunk's end
   int first_end = 0, last_start = 0;  // rows [a, first_end) of kf; [last_start, b) of kl
@@ -454,8 +477,8 @@ struct Lane {
   Stat xv[V];             // exclusive value
   int nq = 0;             // middle pieces kept (the first nq after kf, in row order)
   int ovf = -1;           // first row of the middle pieces the walk wrote (-1: none)
-  int qend[NF > 0 ? NF : 1], qk[NF > 0 ? NF : 1];  // their end rows and tile-local segments
-  Stat qv[NF > 0 ? NF : 1][V];                     // their final statistics
+  int qend[kKept > 0 ? kKept : 1], qk[kKept > 0 ? kKept : 1];  // their end rows and tile-local segments
+  Stat qv[NF > 0 ? NF : 1][V];  // the final statistics of the first NF (the NS next: Smem::slots)
 };
 
 // The statistic of rows [r0, r1) of one segment for this lane's V features.
@@ -525,13 +548,17 @@ SEGRED_HD void write_pieces(const Params<Idx>& p, const Tile<Idx>& t, const Smem
 // whatever the segment lengths): a piece that closes at row r (r + 1 = e[k]) is
 // the chunk's first piece (its total comes from the scan), or a middle piece:
 // logsumexp forward writes its output, the row-output kinds keep the first NF
-// in registers for the row pass (write_edges) and write the rest on the spot
-// after the pass (write_pieces). Left: the partial of the first piece (if it
-// closes in the chunk) and of the piece open at the chunk's end.
-template <SsKind K, class T, class A, class Cv, int V, class Idx, int NF>
-SEGRED_HD void walk(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Params<Idx>& p, const Tile<Idx>& t,
+// in registers and the next NS in the thread's shared-memory slot for the row
+// pass (write_edges) and write the rest on the spot after the pass
+// (write_pieces). Left: the partial of the first piece (if it closes in the
+// chunk) and of the piece open at the chunk's end.
+template <SsKind K, class T, class A, class Cv, int V, class Idx, int NF, int NS>
+SEGRED_HD void walk(Lane<typename Pol<K, A>::Stat, V, NF, NS>& ln, const Params<Idx>& p, const Tile<Idx>& t,
                     const Smem& sm, int tid) {
   using P = Pol<K, A>;
+  using Stat = typename P::Stat;
+  // The geometry allocates the slots by the same rule (kinds without a row pass never reach them).
+  static_assert(NS <= 1 && (!P::kDeferred || NS == detail::ss_smem_slots(K, V)), "slots: geometry and walk differ");
   const int G = p.lanes, c = tid / G, fl = tid - c * G;
   ln.a = c * p.chunk_rows;
   ln.b = ln.a + p.chunk_rows < t.nrows ? ln.a + p.chunk_rows : t.nrows;
@@ -571,6 +598,14 @@ SEGRED_HD void walk(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Params<Idx>
           ln.qk[j] = k;
           for (int i = 0; i < V; ++i) ln.qv[j][i] = ln.sv[i];
         }
+      ++ln.nq;
+    } else if (NS > 0 && ln.nq < NF + NS) {  // the shared-memory slot (index NF)
+      if constexpr (NS > 0) {
+        ln.qend[NF] = end;
+        ln.qk[NF] = k;
+        Stat* slot = sm.slots<Stat>() + tid * V;
+        for (int i = 0; i < V; ++i) slot[i] = ln.sv[i];
+      }
       ++ln.nq;
     } else if (ln.ovf < 0) {
       ln.ovf = start;
@@ -690,13 +725,18 @@ SEGRED_HD void publish(Lane<typename Pol<K, A>::Stat, V>& ln, const Params<Idx>&
 // each lane, so inside the loop the warp ran that epilogue once per distinct row
 // (ncu, GAT 8 heads fp32: the open piece's epilogue ~4.9 times per warp, ~14% of
 // the kernel's instructions); the loop now only moves registers at a piece end.
-template <SsKind K, class T, class A, class Cv, int V, class Idx, int NF>
-SEGRED_HD void write_edges(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Params<Idx>& p, const Tile<Idx>& t,
+// The kept middle pieces: NF in registers, or (NF = 0, V = 4) NS = 1 in the
+// thread's shared-memory slot, whose statistics the set-up replaces by their
+// epilogue constants (Pol::pack), loaded at the switch to its run: no registers
+// held across the loop for it.
+template <SsKind K, class T, class A, class Cv, int V, class Idx, int NF, int NS>
+SEGRED_HD void write_edges(Lane<typename Pol<K, A>::Stat, V, NF, NS>& ln, const Params<Idx>& p, const Tile<Idx>& t,
                            const Smem& sm, int tid) {
   using P = Pol<K, A>;
   using Stat = typename P::Stat;
   using Prep = typename P::Prep;
-  constexpr int NQ = NF > 0 ? NF : 1;
+  constexpr int NT = NF + NS, NQ = NF > 0 ? NF : 1;
+  static_assert(NS == 0 || (NS == 1 && NF == 0), "a shared-memory slot only without register slots");
   if (!ln.active) return;
   const int fl = tid % p.lanes;
   auto deferred = [&](int k) { return k == t.ns || (k == 0 && t.cross_in); };
@@ -726,13 +766,27 @@ SEGRED_HD void write_edges(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Para
   // The kept middle pieces, in row order; flags as bits (slot j: bit j).
   Prep qp[NQ][V];
   int qreal = 0, qwrite = 0;
-  for (int j = 0; j < NQ; ++j) {  // static indices: the slots stay in registers
-    for (int i = 0; i < V; ++i) qp[j][i] = Prep{A(0), A(0)};
-    if (j < ln.nq) {
+  if constexpr (NS > 0) {  // the shared-memory slot (this thread's own: no barrier needed)
+    for (int i = 0; i < V; ++i) qp[0][i] = Prep{A(0), A(0)};
+    if (ln.nq > 0) {
       bool rj = false, wj = false;
-      piece(ln.qk[j], ln.qv[j], qp[j], rj, wj);
-      qreal |= int(rj) << j;
-      qwrite |= int(wj) << j;
+      Stat* slot = sm.slots<Stat>() + tid * V;
+      Stat st[V];
+      for (int i = 0; i < V; ++i) st[i] = slot[i];
+      piece(ln.qk[0], st, qp[0], rj, wj);
+      for (int i = 0; i < V; ++i) slot[i] = P::pack(qp[0][i]);
+      qreal = int(rj);
+      qwrite = int(wj);
+    }
+  } else {
+    for (int j = 0; j < NQ; ++j) {  // static indices: the slots stay in registers
+      for (int i = 0; i < V; ++i) qp[j][i] = Prep{A(0), A(0)};
+      if (j < ln.nq) {
+        bool rj = false, wj = false;
+        piece(ln.qk[j], ln.qv[j], qp[j], rj, wj);
+        qreal |= int(rj) << j;
+        qwrite |= int(wj) << j;
+      }
     }
   }
   Prep pr[V];
@@ -747,10 +801,15 @@ SEGRED_HD void write_edges(Lane<typename Pol<K, A>::Stat, V, NF>& ln, const Para
     while (r == hi) {  // next run (each is non-empty, so this ends)
       if (ln.nq > 0) {
         hi = ln.qend[0];
-        for (int i = 0; i < V; ++i) pr[i] = qp[0][i];
+        if constexpr (NS > 0) {
+          const Stat* slot = sm.slots<Stat>() + tid * V;
+          for (int i = 0; i < V; ++i) pr[i] = P::unpack(slot[i]);
+        } else {
+          for (int i = 0; i < V; ++i) pr[i] = qp[0][i];
+        }
         real = (qreal & 1) != 0;
         write = (qwrite & 1) != 0;
-        for (int j = 0; j + 1 < NF; ++j) {  // shift: slot 0 is always the next one
+        for (int j = 0; j + 1 < NT; ++j) {  // shift: slot 0 is always the next one
           ln.qend[j] = ln.qend[j + 1];
           for (int i = 0; i < V; ++i) qp[j][i] = qp[j + 1][i];
         }

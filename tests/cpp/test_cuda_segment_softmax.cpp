@@ -266,7 +266,10 @@ TYPED_TEST(CudaSegmentSoftmax, ChunkGridPieces) {
   std::mt19937_64 rng(909);
   const DType t = dtype_of<TypeParam>();
   int n = 0;
-  for (int64_t F : {1, 4, 8})
+  // F = 4, 8, 64 with V = 4 (not float64): the shared-memory middle-piece slot (one
+  // per thread, above 48 KiB of dynamic shared memory) and the pieces past it; 64:
+  // slabs of 16 features (fp32), 4 lanes per row.
+  for (int64_t F : {1, 4, 8, 64})
     for (int ghosts = 0; ghosts < 2; ++ghosts, ++n) {
       const SegmentSoftmaxProblem prob{Backend::CUDA, Direction::Fwd, SegmentSoftmaxOp::Softmax, t, 1, 1, F, 1};
       const int64_t E = detail::segment_softmax_geometry(prob).chunk_rows;

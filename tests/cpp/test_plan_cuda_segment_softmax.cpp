@@ -47,7 +47,10 @@ void expect_plan(const SegmentSoftmaxProblem& p, int bits) {
   // The geometry behind it: the tile fits the shared-memory budget, the chunks
   // cover the tile, the lanes cover the slab, E is odd.
   const auto g = detail::segment_softmax_geometry(p);
-  EXPECT_LE(g.smem_bytes, detail::kSsSmemBudget) << plan;
+  EXPECT_LE(g.smem_slots, detail::kSsSmemBudget) << plan;  // the tile part
+  EXPECT_LE(g.smem_bytes, detail::kSsSmemLimit) << plan;   // with the V = 4 middle-piece slots
+  EXPECT_EQ(g.slot_bytes, detail::ss_smem_slots(g.kind, g.vec) * int64_t(g.block) * g.vec * g.stat_bytes) << plan;
+  EXPECT_EQ(g.smem_bytes, g.smem_slots + g.slot_bytes) << plan;
   EXPECT_GE(int64_t(g.chunks) * g.chunk_rows, g.items) << plan;
   EXPECT_EQ(g.chunk_rows % 2, 1) << plan;
   EXPECT_GE(int64_t(g.lanes) * g.vec, g.width) << plan;
@@ -143,6 +146,24 @@ TEST(PlanCudaSegmentSoftmax, WorkedExampleGeometry) {
   EXPECT_EQ(g.index_bits, 32);
   EXPECT_TRUE(g.contiguous);
   EXPECT_EQ(g.cvec, 4);
+  // Shared memory: 48064 bytes of tile (unchanged by the slots) + 256 x 4 (max, sum)
+  // floats of middle-piece slots. Blocks per SM on an H100/H200 (228 KiB, 1 KiB
+  // reserved per block): 4 before (49088 each) and after (57280 each), the number
+  // the (256, 4) launch bounds' 64 registers allow.
+  EXPECT_EQ(g.smem_slots, 48064);
+  EXPECT_EQ(g.slot_bytes, 8192);
+  EXPECT_EQ(g.smem_bytes, 56256);
+  EXPECT_LE(4 * (g.smem_bytes + 1024), 228 * 1024);
+  EXPECT_EQ(detail::kSsSmemLimit, 47 * 1024 + 8192);
+  EXPECT_LE(4 * (detail::kSsSmemLimit + 1024), 228 * 1024);
+  // Backward: a sum per feature (4 KiB of slots); logsumexp: no slots (no row pass).
+  const auto gbw = detail::segment_softmax_geometry(cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Bwd, 1, E, 8, nodes));
+  EXPECT_EQ(gbw.slot_bytes, 4096);
+  EXPECT_EQ(detail::segment_softmax_geometry(cuda_problem(SegmentSoftmaxOp::LogSumExp, Direction::Fwd, 1, E, 8, nodes)).slot_bytes, 0);
+  EXPECT_EQ(detail::segment_softmax_geometry(cuda_problem(SegmentSoftmaxOp::LogSumExp, Direction::Bwd, 1, E, 8, nodes)).slot_bytes, 0);
+  // V = 1 and float64's V = 2 keep their middle pieces in registers: no slots.
+  EXPECT_EQ(detail::segment_softmax_geometry(cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, E, 1, nodes)).slot_bytes, 0);
+  EXPECT_EQ(detail::segment_softmax_geometry(cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, E, 8, nodes, DType::Float64)).slot_bytes, 0);
   // The same plan twice (pure).
   const auto p = cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, E, 8, nodes);
   EXPECT_EQ(plan_segment_softmax(p), plan_segment_softmax(p));
@@ -178,7 +199,9 @@ TEST(PlanCudaSegmentSoftmax, WorkedExampleGeometry) {
     const auto gb = detail::segment_softmax_geometry(p, true, b);
     EXPECT_EQ(gb.chunks, b / gb.lanes);
     EXPECT_GE(int64_t(gb.chunks) * gb.chunk_rows, gb.items);
-    EXPECT_LE(gb.smem_bytes, detail::kSsSmemBudget);
+    EXPECT_LE(gb.smem_slots, detail::kSsSmemBudget);
+    EXPECT_LE(gb.smem_bytes, detail::kSsSmemLimit);
+    EXPECT_EQ(gb.slot_bytes, int64_t(b) * 4 * 8);
     EXPECT_GE(gb.items, g.items);
   }
 }

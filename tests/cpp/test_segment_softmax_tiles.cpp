@@ -67,6 +67,14 @@ void partition(const std::vector<Idx>& q, int64_t U, int64_t N, int64_t T, int64
   }
 }
 
+// Lanes (row-output kinds with a shared-memory middle-piece slot, V = 4) whose
+// walk kept a piece in the slot, and whose walk wrote pieces itself (write_pieces):
+// the tests that mean to reach both check them.
+struct SlotTally {
+  int64_t slot = 0, written = 0;
+};
+SlotTally g_slots;
+
 // Runs kind K on the emulated device; returns the output as doubles.
 template <SsKind K, class T, int V, class Idx>
 std::vector<double> emulate(const Case& c, const Inputs& in, const Config& cfg, std::string* geo_desc) {
@@ -82,7 +90,10 @@ std::vector<double> emulate(const Case& c, const Inputs& in, const Config& cfg, 
               std::to_string(g.chunk_rows) + " G " + std::to_string(g.lanes) + " W " + std::to_string(g.width) +
               " slabs " + std::to_string(g.slabs) + " cvec " + std::to_string(g.cvec) + " tiles " +
               std::to_string(g.tiles);
-  EXPECT_LE(g.smem_bytes, detail::kSsSmemBudget);
+  // The tile part fits the budget; the V = 4 middle-piece slots come on top (one per thread).
+  EXPECT_LE(g.smem_slots, detail::kSsSmemBudget);
+  EXPECT_LE(g.smem_bytes, detail::kSsSmemLimit);
+  EXPECT_EQ(g.slot_bytes, detail::ss_smem_slots(K, V) * int64_t(g.block) * V * int64_t(sizeof(Stat)));
   EXPECT_GE(int64_t(g.chunks) * g.chunk_rows, g.items);
   auto p = tiles::params_of<Idx>(g, c.S, c.F);
   // Merge space q and the partition.
@@ -139,6 +150,11 @@ std::vector<double> emulate(const Case& c, const Inputs& in, const Config& cfg, 
     } else {
       std::vector<tiles::Lane<Stat, V>> ln(static_cast<size_t>(B));
       for (int tid = 0; tid < B; ++tid) tiles::walk<K, T, A, Cv, V>(ln[size_t(tid)], p, t, sm, tid);
+      if constexpr (P::kRowOut && tiles::Lane<Stat, V>::kSlots > 0)
+        for (const auto& l : ln) {
+          g_slots.slot += l.nq > tiles::Lane<Stat, V>::kFifo;
+          g_slots.written += l.ovf >= 0;
+        }
       for (int d = G; d < 32; d <<= 1)
         for (int tid = B - 1; tid >= 0; --tid) {
           const bool valid = (tid & 31) >= d;
@@ -349,6 +365,7 @@ TYPED_TEST(SegmentSoftmaxTiles, ChunkGridPieces) {
   int n = 0;
   for (int64_t F : {1, 2, 4, 8, 64}) {
     if (sizeof(TypeParam) < 4 && F == 2) continue;
+    g_slots = SlotTally{};
     for (Config cfg : {Config{256, 0, true}, Config{64, 0, false}, Config{32, 0, true}, Config{128, 150, true},
                        Config{256, 40, false}})
       for (int v = 0; v < 4; ++v, ++n) {
@@ -362,6 +379,14 @@ TYPED_TEST(SegmentSoftmaxTiles, ChunkGridPieces) {
         check_chunk_grid<SsKind::LogSoftmaxBwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
         check_chunk_grid<SsKind::LseBwd, TypeParam>(F, cfg, rng, ghosts, wide, dense);
       }
+    // V = 4 (every F here that is a multiple of 4, except float64's V = 2): the
+    // shared-memory slot and the pieces past it (write_pieces) were both reached.
+    if (F % 4 == 0 && sizeof(TypeParam) < 8) {
+      EXPECT_GT(g_slots.slot, 0) << "F " << F;
+      EXPECT_GT(g_slots.written, 0) << "F " << F;
+    } else {
+      EXPECT_EQ(g_slots.slot, 0) << "F " << F;
+    }
   }
 }
 
