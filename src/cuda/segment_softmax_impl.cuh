@@ -196,13 +196,6 @@ bool block_viable(Kernel k, int block, int64_t smem) {
       return false;
     }
     cur = smem;
-    // Session 6: above 48 KB the tile kernel needs the largest shared-memory
-    // carveout to keep 4 blocks per SM (4 x (56256 + 1024) bytes <= 228 KB); the
-    // default lets the driver pick a smaller one (the uniform fp32 rows lost ~7%
-    // with the middle-piece slots before this, bench/NOTES.md). A hint only:
-    // failure changes nothing else.
-    if (cudaFuncSetAttribute(kp, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
-      cudaGetLastError();
   }
   int n = 0;
   const bool ok = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, block, size_t(smem)) == cudaSuccess && n >= 1;
