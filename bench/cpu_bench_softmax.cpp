@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/fill_random.h"
 #include "bench/memcpy_baseline.h"
 #include "segred/segred.h"
 
@@ -66,25 +67,6 @@ std::unique_ptr<Data>& cache() {
   return d;
 }
 
-void fill_random(const Tensor& t, uint64_t seed, float lo, float hi) {
-  const int64_t n = t.numel();
-#pragma omp parallel
-  {
-    std::mt19937_64 rng(seed + uint64_t(omp_get_thread_num()) * 7919);
-    std::uniform_real_distribution<float> u(lo, hi);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = u(rng);
-      switch (t.dtype()) {
-        case DType::Float32: t.ptr<float>()[i] = v; break;
-        case DType::Float16: t.ptr<half_t>()[i] = to_half(v); break;
-        case DType::BFloat16: t.ptr<bfloat16_t>()[i] = to_bfloat16(v); break;
-        default: t.ptr<double>()[i] = v; break;
-      }
-    }
-  }
-}
-
 Data& data_for(const Case& c) {
   auto& d = cache();
   const std::string key = shape_string(c.shape) + std::to_string(int(c.dtype)) + std::to_string(c.dim);
@@ -93,10 +75,10 @@ Data& data_for(const Case& c) {
     d = std::make_unique<Data>();
     d->key = key;
     d->x = Tensor::empty(c.shape, c.dtype);
-    fill_random(d->x, 1234, -8.0f, 8.0f);
+    bench::fill_random(d->x, 1234, -8.0f, 8.0f);
     d->y = Tensor::empty(c.shape, c.dtype);
     d->g = Tensor::empty(c.shape, c.dtype);
-    fill_random(d->g, 99, -2.0f, 2.0f);
+    bench::fill_random(d->g, 99, -2.0f, 2.0f);
     d->gi = Tensor::empty(c.shape, c.dtype);
     std::memset(d->gi.data(), 0, size_t(d->gi.numel()) * size_t(dtype_size(c.dtype)));  // first touch
   }

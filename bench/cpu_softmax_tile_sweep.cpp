@@ -18,26 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "bench/fill_random.h"
 #include "bench/memcpy_baseline.h"
 #include "segred/segred.h"
 #include "src/cpu/softmax_kernels.h"
 
 using namespace segred;
-
-static void fill(const Tensor& t, uint64_t seed, float lo, float hi) {
-  const int64_t n = t.numel();
-#pragma omp parallel
-  {
-    std::mt19937_64 rng(seed + uint64_t(omp_get_thread_num()) * 7919);
-    std::uniform_real_distribution<float> u(lo, hi);
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = u(rng);
-      if (t.dtype() == DType::Float16) t.ptr<half_t>()[i] = to_half(v);
-      else t.ptr<float>()[i] = v;
-    }
-  }
-}
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "both";
@@ -62,8 +48,8 @@ int main(int argc, char** argv) {
     const C& c = cases[ci];
     Tensor x = Tensor::empty(c.s, c.dt), y = Tensor::empty(c.s, c.dt), g = Tensor::empty(c.s, c.dt),
            gi = Tensor::empty(c.s, c.dt);
-    fill(x, 1234, -8, 8);
-    fill(g, 99, -2, 2);
+    bench::fill_random(x, 1234, -8, 8);
+    bench::fill_random(g, 99, -2, 2);
     std::memset(gi.data(), 0, size_t(gi.numel()) * size_t(dtype_size(c.dt)));
     softmax_out(x, c.dim, y);
     const double tb = double(x.numel() * dtype_size(c.dt));

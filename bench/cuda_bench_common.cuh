@@ -12,14 +12,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "bench/cuda_check.cuh"
 
 // n values in [lo, hi) from a hash of the index (dt: 0 float32, 2 float16, else bfloat16).
 __global__ void init_kernel(void* p, int64_t n, int dt, uint32_t seed, float lo, float hi) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -395,6 +396,18 @@ inline Tensor check_reduce(const Layout& lay, DType t, const std::string& reduce
       }
     }
   return out;
+}
+
+// The ValueError's message of f(), "no error", or what was thrown instead.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ValueError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no error";
 }
 
 // check_reduce for every reduce (and alias) with random data suited to it.

@@ -425,17 +425,6 @@ TEST(CudaSegmentReduceTies, ConstructedTiesNegativeGradients) {
 // ---------------------------------------------------------------------------
 // Metadata on the device: validation (same messages as the CPU) and unsafe.
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ValueError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no error";
-}
-
 TEST(CudaSegmentReduceValidation, DeviceMetadataSameErrorsAsCpu) {
   SEGRED_NEED_GPU();
   const Tensor data_h = filled({10}, DType::Float32, 1.5);

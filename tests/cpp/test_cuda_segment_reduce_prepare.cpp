@@ -251,17 +251,6 @@ TEST(CudaSegmentReducePrepare, ProdBackwardQ64) {
     }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ValueError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("wrong exception type: ") + e.what();
-  }
-  return "no error";
-}
-
 // Invalid metadata: safe calls raise the CPU's error; unsafe calls build the
 // clamped q, with drops of the offsets at scan-tile edges (1024 items), inside a
 // thread's 4 items, at the last item, hidden by the clamp; negative, huge and
