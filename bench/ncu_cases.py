@@ -32,7 +32,8 @@ def rnd(shape, dtype, seed=0):
 
 
 def segment_cases():
-    """(name, fn) for segment_reduce rows of bench/results/h200-segment_reduce.md."""
+    """(name, fn) for segment_reduce rows of bench/results/h200-segment_reduce.md (same shapes as
+    bench/cuda_bench.cu's cases of the same name)."""
     out = []
     rng = np.random.default_rng(1)
     lens = {
@@ -40,8 +41,8 @@ def segment_cases():
         "1d_exp40": (rng.exponential(40, 200_000).astype(np.int64), 1),
         "1d_huge_ones": (np.concatenate([[1 << 26], np.ones(1 << 20, np.int64)]), 1),
         "1d_64x1M": (np.full(64, 1 << 20, np.int64), 1),
-        "2d_f128": (np.full(1 << 14, 64, np.int64), 128),
-        "2d_x16_f4": (np.full(1 << 20, 16, np.int64), 4),
+        "2d_64kx16_f128": (np.full(1 << 16, 16, np.int64), 128),
+        "2d_x16_f4": (np.full(1 << 18, 16, np.int64), 4),
     }
     for name, (L, inner) in lens.items():
         for dtype in (torch.float32, torch.bfloat16):
