@@ -7,7 +7,8 @@
 // Method: CUDA events around each call, 3 warm-up calls, median of --reps;
 // inputs rotated among copies so that each call's data is >= 240 MB (4x the L2);
 // data never zeros. segred is called with unsafe = true and device offsets, the
-// no-synchronisation mode a training loop uses.
+// no-synchronisation mode a training loop uses; the sum rows are timed again with
+// device lengths (LENGTHS lines: offsets ms, lengths ms, fwd then bwd).
 //
 // Build (tools/gpu-check): nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr
 //   -Xcompiler -fopenmp -I include -I . bench/cuda_bench.cu build/libsegred.a
@@ -187,8 +188,9 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
   }
   std::vector<int64_t> offs(size_t(S + 1), 0);
   for (int64_t s = 0; s < S; ++s) offs[size_t(s + 1)] = offs[size_t(s)] + c.lengths[size_t(s)];
-  Buf d_offs(offs.size() * 8);
+  Buf d_offs(offs.size() * 8), d_lens(std::max<size_t>(c.lengths.size(), 1) * 8);
   CK(cudaMemcpy(d_offs.p, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_lens.p, c.lengths.data(), c.lengths.size() * 8, cudaMemcpyHostToDevice));
   const size_t bytes_in = size_t(n) * es;
   const int nbuf = int(std::clamp<int64_t>((int64_t(240) << 20) / int64_t(std::max<size_t>(bytes_in, 1)) + 1, 1, 6));
   std::vector<std::unique_ptr<Buf>> x, gi, out, grad;
@@ -218,6 +220,12 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
   seg.offsets = offv;
   seg.unsafe = true;
   const double meta = double(S + 1) * 8;
+  // The same call with device lengths (how torch.segment_reduce is called): prepare
+  // then scans the lengths instead of checking the offsets (src/cuda/segment_reduce.cu),
+  // a different path of that kernel. Sum only: prepare is the same for every reduce.
+  Segments seg_len;
+  seg_len.lengths = TensorView(d_lens.p, DType::Int64, {S}, {}, gpu);
+  seg_len.unsafe = true;
   for (const char* rname : {"sum", "max"}) {
     const Reduce red = parse_reduce(rname);
     auto X = [&](int i) { return TensorView(x[size_t(i % nbuf)]->p, dt, xs, {}, gpu); };
@@ -246,6 +254,13 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       call(nullptr, temp, 0);
       Buf tmp(temp);
       tc = median_ms([&](int i) { call(tmp.p, temp, i); }, g_reps);
+    }
+    if (red == Reduce::Sum) {
+      const double lf = median_ms([&](int i) { segment_reduce_out(X(i), red, seg_len, O(i)); }, g_reps);
+      const double lb = median_ms(
+          [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg_len, Tie::Split, GI(i)); }, g_reps);
+      std::printf("LENGTHS\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\n", c.name.c_str(),
+                  std::string(dtype_name(dt)).c_str(), rname, tf, lf, tb, lb);
     }
     if (g_graph) {
       const double gf = graph_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, nbuf);

@@ -104,7 +104,7 @@ def main():
     res = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
-    copy_gbs, device, rows = None, "?", []
+    copy_gbs, device, rows, len_rows = None, "?", [], []
     for line in res.stdout.splitlines():
         f = line.split("\t")
         if f[0] == "COPY":
@@ -113,6 +113,8 @@ def main():
             device = f[1] + " (" + f[2] + ")"
         elif f[0] == "RESULT":
             rows.append(f[1:])
+        elif f[0] == "LENGTHS":
+            len_rows.append(f[1:])
     if copy_gbs is None:
         print("cuda_bench failed", file=sys.stderr)
         return 1
@@ -153,6 +155,14 @@ def main():
     table = (f"Commit {run_commit()}. Device: {device}; copy bandwidth {copy_gbs:.0f} GB/s (cudaMemcpy D2D 1 GiB, read+write; "
              f"torch copy_ {torch_copy:.0f} GB/s); torch {torch.__version__}"
              + (f"; torch ms taken from {a.torch_from} (not re-timed)" if a.torch_from else "") + "\n\n" + hdr + "\n" + "\n".join(lines) + "\n")
+    if len_rows:
+        # The metadata as device lengths instead of offsets (sum; segred only): the
+        # difference is prepare's scan of the lengths (src/cuda/segment_reduce.cu).
+        table += ("\nThe same sum calls with device lengths instead of offsets (segred only):\n\n"
+                  "| case | dtype | fwd offsets ms | fwd lengths ms | bwd offsets ms | bwd lengths ms |\n"
+                  "|---|---|---|---|---|---|\n")
+        for r in len_rows:
+            table += f"| {r[0]} | {r[1]} | {float(r[3]):.4f} | {float(r[4]):.4f} | {float(r[5]):.4f} | {float(r[6]):.4f} |\n"
     print()
     print(table)
     if a.out:
