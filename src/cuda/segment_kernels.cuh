@@ -28,7 +28,9 @@
 //                    order). Phase 2 (after grid.sync): one block per listed segment,
 //                    strided carries and a fixed-order tree.
 //   flat_elementwise / feat_elementwise   backward of sum, mean, max, min: the same
-//                    walk, writing every position's gradient (ghost positions 0).
+//                    walk, writing every position's gradient (ghost positions 0);
+//                    sum/mean with several workers per warp write the warp's rows
+//                    side by side instead (feat_rows_elementwise, its own kernel).
 //   prod_bwd_warp    backward of prod: one warp per (segment, 32 features):
 //                    exclusive prefix products (forward pass, written), then
 //                    exclusive suffix products (reverse pass, multiplied in): O(n),
@@ -722,6 +724,46 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
   }
 #pragma unroll
   for (int v = 0; v < V; ++v) carry[l.w * inner + l.f0 + v] = acc[v];
+}
+
+// feat_elementwise's walk for a backward that reads no data (sum, mean) when a
+// warp holds several workers (G < 32, one slab; session 7). The warp's 32 / G
+// workers own consecutive tiles, so their rows are one contiguous range; the warp
+// writes it R = 32 / G rows side by side per step (one coalesced store), each
+// lane walking q forward to its row's segment (its context reloaded only when
+// the segment changes). The per-worker walk puts a warp's lanes a tile (~30 rows)
+// apart, so each of its stores touched 32 lines: ncu at 3227ff8 had 2d_x16_f4
+// sum bwd's feat_elementwise at 20% of DRAM bandwidth, stalled on the LSU queue.
+// Its own kernel (inlined into feat_elementwise the two walks made ptxas spill).
+// Launch: the grid of feat_elementwise, blockDim a multiple of 32.
+template <class Fn, class Idx, int V>
+__global__ void __launch_bounds__(256) feat_rows_elementwise(Fn fn, typename Fn::Raw* __restrict__ gi,
+                                                             const Idx* __restrict__ q, Idx W, int G, Idx inner,
+                                                             const Idx* __restrict__ tile_i,
+                                                             const Idx* __restrict__ tile_j) {
+  using Raw = typename Fn::Raw;
+  const int lane = int(threadIdx.x) & 31;
+  const Idx gtid = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x);
+  const Idx wf = (gtid - Idx(lane)) >> (__ffs(G) - 1);  // the warp's first worker (G a power of two)
+  if (wf >= W) return;
+  const int R = 32 / G, rl = lane / G;
+  const Idx f0 = Idx(lane - rl * G) * Idx(V);
+  if (f0 >= inner) return;
+  const Idx J1 = tile_j[wf + Idx(R) < W ? wf + Idx(R) : W];
+  Idx i = tile_i[wf], ci = Idx(-1);
+  typename Fn::Ctx c[V];
+  for (Idx j = tile_j[wf] + Idx(rl); j < J1; j += Idx(R)) {
+    while (q[i + 1] <= j) ++i;  // q[U] = N > j: stops at the row's segment
+    if (i != ci) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, f0 + Idx(v));
+      ci = i;
+    }
+    Vec<Raw, V> o;
+#pragma unroll
+    for (int v = 0; v < V; ++v) o.v[v] = fn.elem(c[v], j, Raw(0.0f));
+    *reinterpret_cast<Vec<Raw, V>*>(gi + j * inner + f0) = o;
+  }
 }
 
 template <class Fn, class Idx, int V>

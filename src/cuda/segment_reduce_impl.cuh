@@ -207,6 +207,15 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
     k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, gi, q, W, Idx(g.positions), tile_i, tile_j);
     check_launch("flat_elementwise");
     record(c.path, grid, block);
+  } else if (!fn.needs_x() && g.group < 32 && g.slabs == 1) {
+    // sum/mean, several workers per warp: the warp writes its workers' rows side by side.
+    constexpr int VEC = int(16 / sizeof(Raw));
+    auto k = g.vec == VEC ? feat_rows_elementwise<Fn, Idx, VEC> : feat_rows_elementwise<Fn, Idx, 1>;
+    const int block = viable_block(k, g.block, 0, 32, "feat_rows_elementwise");
+    const int64_t grid = detail::ceil_div(g.workers * g.group, block);
+    k<<<unsigned(grid), block, 0, c.stream>>>(fn, gi, q, W, g.group, Idx(c.inner), tile_i, tile_j);
+    check_launch("feat_rows_elementwise");
+    record(c.path, grid, block);
   } else {
     constexpr int VEC = int(16 / sizeof(Raw));
     auto k = g.vec == VEC ? feat_elementwise<Fn, Idx, VEC> : feat_elementwise<Fn, Idx, 1>;

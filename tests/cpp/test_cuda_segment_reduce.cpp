@@ -700,7 +700,7 @@ std::string only_path(const TraceSession& ts) {
   return p.size() == 1 ? *p.begin() : "several paths: " + std::to_string(p.size());
 }
 
-// Forward sum then backward max (tie split) on one boundary problem. Markers: the
+// Forward sum then backward max (tie split) and sum on one boundary problem. Markers: the
 // first element 2.0 and the last 3.0 (unique maxima of the first and last
 // segments); every other segment is all-equal (a tie of seg_len elements).
 void run_boundary(int64_t L, int64_t inner, int64_t seg_len, const char* fwd_path, const char* bwd_path) {
@@ -761,6 +761,23 @@ void run_boundary(int64_t L, int64_t inner, int64_t seg_len, const char* fwd_pat
       break;
     }
   }
+  // Backward sum (reads no data; with features, the warp-row walk of
+  // feat_rows_elementwise): every gradient -2, at both ends.
+  std::string sum_path = fwd_path;
+  sum_path.replace(sum_path.find(".fwd."), 5, ".bwd.");
+  {
+    TraceSession ts;
+    segment_reduce_backward_out(g, y, b.data, Reduce::Sum, b.seg, Tie::Split, gi);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(only_path(ts), sum_path);
+  }
+  const auto sh = get_half(gi.data(), 0, n), stl = get_half(gi.data(), L * inner - n, n);
+  for (int64_t i = 0; i < n; ++i)
+    if (sh[size_t(i)] != -2.0 || stl[size_t(i)] != -2.0) {
+      ADD_FAILURE() << "sum backward, element " << i << " from either end: " << sh[size_t(i)] << ", "
+                    << stl[size_t(i)] << ", expected -2";
+      break;
+    }
 }
 #endif
 
