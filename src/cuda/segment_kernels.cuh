@@ -27,7 +27,8 @@
 //                    integer atomic; each entry's result does not depend on the list
 //                    order). Phase 2 (after grid.sync): one block per listed segment,
 //                    strided carries and a fixed-order tree.
-//   flat_elementwise / feat_elementwise   backward of sum, mean, max, min: the same
+//   flat_elementwise / feat_elementwise   backward of sum and mean (max/min: one
+//                    read of x in src/cuda/segment_maxbwd.cuh): the same
 //                    walk, writing every position's gradient (ghost positions 0);
 //                    sum/mean with several workers per warp write the warp's rows
 //                    side by side instead (feat_rows_elementwise, its own kernel).
@@ -172,8 +173,10 @@ struct FwdFn {
   }
 };
 
-// max/min backward, pass 1: per (segment, feature) the tie count (split), the
-// first or the last tied position (first/last). Exact integer combine.
+// max/min backward: per (segment, feature) the tie count (split), the first or
+// the last tied position (first/last). Exact integer combine. (Since session 7
+// computed inside the backward's own kernel, src/cuda/segment_maxbwd.cuh, with
+// fixup_tree only for the segments that cross tiles.)
 template <class T, class Idx>
 struct StatsFn {
   using Raw = T;

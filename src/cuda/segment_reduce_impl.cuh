@@ -17,6 +17,7 @@
 #include "src/core/segment_geometry.h"
 #include "src/cuda/common.cuh"
 #include "src/cuda/segment_kernels.cuh"
+#include "src/cuda/segment_maxbwd.cuh"
 
 namespace segred::cuda {
 
@@ -227,6 +228,53 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
   }
 }
 
+// max/min backward in one read of x (src/cuda/segment_maxbwd.cuh): the fused
+// kernel (gi with each tile's statistics + crossing records), fixup_tree over the
+// records (totals of the crossing segments into stats), the repair.
+template <class T, class Idx>
+void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T* x, T* gi, Idx* stats,
+                     const LaunchCtx& c) {
+  const auto& g = c.geo;
+  const Idx* q = static_cast<const Idx*>(c.q);
+  const Idx* tile_i = static_cast<const Idx*>(c.tile_i);
+  const Idx* tile_j = static_cast<const Idx*>(c.tile_j);
+  const Idx W = Idx(g.workers), inner = Idx(c.inner);
+  Idx* carry = c.arena->take<Idx>(g.workers * c.inner);
+  Idx* head = c.arena->take<Idx>(g.workers * c.inner);
+  Idx* keep = c.arena->take<Idx>(g.workers * c.inner);
+  if (g.flat) {
+    auto k = flat_maxmin_bwd<T, Idx>;
+    const size_t spw = flat_smem_per_warp<T, Idx>();
+    const int block = viable_block(k, g.block, spw, 32, "flat_maxmin_bwd");
+    const int64_t grid = detail::ceil_div(g.workers, block / 32);
+    k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(sf, bf, x, gi, q, W, Idx(g.positions), tile_i, tile_j,
+                                                                carry, keep, head, Idx(g.items), Idx(g.segs));
+    check_launch("flat_maxmin_bwd");
+    record(c.path, grid, block);
+  } else {
+    constexpr int VEC = int(16 / sizeof(T));
+    auto k = g.vec == VEC ? feat_maxmin_bwd<T, Idx, VEC> : feat_maxmin_bwd<T, Idx, 1>;
+    const int block = viable_block(k, g.block, 0, g.group, "feat_maxmin_bwd");
+    const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
+    k<<<unsigned(grid), block, 0, c.stream>>>(sf, bf, x, gi, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
+                                              carry, keep, head, Idx(g.items), Idx(g.segs));
+    check_launch("feat_maxmin_bwd");
+    record(c.path, grid, block);
+  }
+  int FX = 1;
+  while (FX < 32 && FX < c.inner) FX *= 2;
+  launch_coop(fixup_tree<StatsFn<T, Idx>, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup_tree", sf, q,
+              tile_i, tile_j, W, Idx(g.items), inner, FX, carry, static_cast<const Idx*>(head),
+              static_cast<Idx*>(c.long_list), c.long_count);
+  const int64_t rgrid = detail::ceil_div(g.workers * c.inner * (g.flat ? 32 : 1), 256);
+  auto rk = g.flat ? maxmin_repair<true, T, Idx> : maxmin_repair<false, T, Idx>;
+  rk<<<unsigned(rgrid), 256, 0, c.stream>>>(sf, bf, x, gi, q, tile_i, tile_j, W, Idx(g.segs), inner, Idx(g.items),
+                                            static_cast<const Idx*>(carry), static_cast<const Idx*>(keep),
+                                            static_cast<const Idx*>(head), stats);
+  check_launch("maxmin_repair");
+  record(c.path, rgrid, 256);
+}
+
 }  // namespace impl
 
 // Scratch bytes run_fwd / run_bwd take from the arena (carries, heads, stats,
@@ -239,7 +287,7 @@ size_t run_scratch_bytes(const LaunchCtx& c, Direction dir, Reduce reduce) {
   if (dir == Direction::Fwd) return 2 * Arena::bytes<A>(tiles);
   if (reduce == Reduce::Prod) return sizeof(D) < sizeof(A) ? Arena::bytes<A>(c.outer * c.L * c.inner) : 0;
   if (reduce == Reduce::Max || reduce == Reduce::Min)
-    return Arena::bytes<Idx>(c.outer * c.S * c.inner) + 2 * Arena::bytes<Idx>(tiles);  // stats; A = Idx
+    return Arena::bytes<Idx>(c.outer * c.S * c.inner) + 3 * Arena::bytes<Idx>(tiles);  // stats; carry, head, keep
   return 0;
 }
 
@@ -297,15 +345,14 @@ void run_bwd(const BwdArgs& a) {
     return;
   }
   Idx* stats = nullptr;
+  StatsFn<D, Idx> sf{};
   if (a.reduce == Reduce::Max || a.reduce == Reduce::Min) {
     stats = c.arena->take<Idx>(c.outer * c.S * c.inner);
-    StatsFn<D, Idx> sf;
     sf.y = static_cast<const D*>(a.y);
     sf.stats = stats;
     sf.map = map;
     sf.inner = Idx(c.inner);
     sf.tie = tie;
-    impl::reduce_pass<StatsFn<D, Idx>, Idx>(sf, static_cast<const D*>(a.x), c);
   }
   BwdFn<D, Idx> fn;
   fn.g = static_cast<const D*>(a.g);
@@ -316,6 +363,10 @@ void run_bwd(const BwdArgs& a) {
   fn.inner = Idx(c.inner);
   fn.kind = a.reduce == Reduce::Sum ? 0 : a.reduce == Reduce::Mean ? 1 : 2;
   fn.tie = tie;
+  if (stats) {  // max/min: one read of x (src/cuda/segment_maxbwd.cuh)
+    impl::maxmin_bwd_pass<D, Idx>(sf, fn, static_cast<const D*>(a.x), static_cast<D*>(a.gi), stats, c);
+    return;
+  }
   impl::elementwise_pass<BwdFn<D, Idx>, Idx>(fn, static_cast<const D*>(a.x), static_cast<D*>(a.gi), c);
 }
 

@@ -1,0 +1,223 @@
+// CUDA max/min backward in one read of x (session 7, issue #4;
+// src/cuda/segment_maxbwd.cuh): the boundaries of the fused kernel, the crossing
+// records, fixup_tree's totals and the repair. Every case runs max and min (and
+// amax/amin for the flat layouts), tie split/first/last, gradients -1, 0, +1, 2.5
+// and a mixed pattern, against the CPU backend (the reference implementation of
+// the same contract: equal values, NaN == NaN) and the float64 reference, and
+// twice on the device (same bits). Ties are placed relative to the tile edges the
+// geometry gives (merge item of position j in segment s of a 1-row layout whose
+// offsets start at 0: j + s + 1; flat tiles of 512 items, 1024 for the 16-bit
+// types; feature tiles of 32 items).
+//
+// Skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "tests/cpp/segment_reduce_test_util.h"
+
+#ifdef SEGRED_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace segred::testing {
+namespace {
+
+#define SEGRED_NEED_GPU() \
+  if (::segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
+const DeviceRef kGpu{Device::CUDA, 0};
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool equal_values(const TensorView& a, const TensorView& b, std::string* where) {
+  const auto va = to_vec(a), vb = to_vec(b);
+  if (va.size() != vb.size()) return false;
+  for (size_t i = 0; i < va.size(); ++i)
+    if (!same_value(va[i], vb[i])) {
+      *where = ::testing::PrintToString(i) + ": " + ::testing::PrintToString(va[i]) + " vs " +
+               ::testing::PrintToString(vb[i]);
+      return false;
+    }
+  return true;
+}
+
+// Forward (device) then backward for every tie and gradient; CPU and reference.
+// Returns the CUDA paths the backward calls reached.
+std::set<std::string> check_maxbwd(const Layout& lay, DType t, const std::string& reduce, const std::vector<double>& x_in,
+                                   std::mt19937_64& rng) {
+  std::set<std::string> reached;
+#ifdef SEGRED_WITH_CUDA
+  const std::vector<double> x = rounded(t, x_in);
+  SCOPED_TRACE(::testing::Message() << "maxbwd reduce=" << reduce << " dtype=" << dtype_name(t)
+                                    << " shape=" << shape_string(lay.shape) << " S=" << lay.S
+                                    << " index=" << dtype_name(lay.index_dtype));
+  const Tensor data_h = make_tensor(x, lay.shape, t);
+  const Tensor meta_h = lay.meta();
+  const Tensor data = Tensor::copy_to(data_h, kGpu), meta = Tensor::copy_to(meta_h, kGpu);
+  const Segments seg_h = segments_of(lay, meta_h), seg = segments_of(lay, meta);
+  const Reduce red = parse_reduce(reduce);
+  const Tensor out = segment_reduce(data, red, seg);
+  const Tensor out_h = Tensor::copy_to(out, DeviceRef{});
+  std::string where;
+  EXPECT_TRUE(equal_values(out_h, segment_reduce(data_h, red, seg_h), &where)) << "forward differs from the CPU at "
+                                                                                  << where;
+  const std::vector<double> y = to_vec(out_h);
+  std::vector<std::vector<double>> grads;
+  for (double c : {-1.0, 0.0, 1.0, 2.5}) grads.emplace_back(size_t(out.numel()), c);
+  grads.push_back(mixed_grads(rng, out.numel(), t));
+  for (const char* tie : {"split", "first", "last"})
+    for (const auto& gv : grads) {
+      SCOPED_TRACE(::testing::Message() << "tie=" << tie << " grad[0]=" << (gv.empty() ? 0.0 : gv[0]));
+      const Tensor grad_h = make_tensor(gv, lay.out_shape(), t);
+      const Tensor grad = Tensor::copy_to(grad_h, kGpu);
+      Tensor gi = Tensor::empty(lay.shape, t, kGpu);
+      if (gi.numel()) EXPECT_EQ(cudaMemset(gi.data(), 0xff, size_t(gi.numel()) * dtype_size(t)), cudaSuccess);
+      {
+        TraceSession ts;
+        segment_reduce_backward_out(grad, out, data, red, seg, parse_tie(tie), gi);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        for (const auto& r : ts.records()) reached.insert(r.path);
+      }
+      const Tensor gi_h = Tensor::copy_to(gi, DeviceRef{});
+      const Tensor gi_cpu = segment_reduce_backward(grad_h, out_h, data_h, red, seg_h, parse_tie(tie));
+      EXPECT_TRUE(equal_values(gi_h, gi_cpu, &where)) << "backward differs from the CPU at " << where;
+      expect_backward(lay, t, reduce, tie, to_vec(gi_h),
+                      reference::backward(lay.problem(), gv, y, x, canonical(reduce), tie));
+      Tensor gi2 = Tensor::empty(lay.shape, t, kGpu);
+      if (gi2.numel()) EXPECT_EQ(cudaMemset(gi2.data(), 0, size_t(gi2.numel()) * dtype_size(t)), cudaSuccess);
+      segment_reduce_backward_out(grad, out, data, red, seg, parse_tie(tie), gi2);
+      EXPECT_TRUE(same_bits(gi_h, Tensor::copy_to(gi2, DeviceRef{}))) << "backward not bitwise reproducible";
+    }
+#else
+  (void)lay, (void)t, (void)reduce, (void)x_in, (void)rng;
+#endif
+  return reached;
+}
+
+// Tile items of the path a 1-row layout of this dtype and inner takes.
+int64_t tile_items(DType t, int64_t inner) { return inner > 1 ? 32 : (dtype_size(t) == 2 ? 1024 : 512); }
+
+// One row of constructed segments around the tile edges. `T` = tile items; the
+// tie value is `hi` (max) or -hi (min), the background strictly inside (-1, 1).
+struct Built {
+  std::vector<int64_t> lens;
+  std::vector<double> x;  // positions (each repeated `inner` times below)
+};
+
+Built build_row(int64_t T, bool is_max, std::mt19937_64& rng) {
+  const double top = is_max ? 5.0 : -5.0;
+  std::uniform_int_distribution<int> bg(-7, 7);
+  Built b;
+  int64_t pos = 0;
+  auto add = [&](int64_t n, const std::function<double(int64_t /*k in segment*/, int64_t /*merge item*/)>& f) {
+    const int64_t s = int64_t(b.lens.size());
+    for (int64_t k = 0; k < n; ++k) b.x.push_back(f(k, pos + k + s + 1));
+    b.lens.push_back(n);
+    pos += n;
+  };
+  auto back = [&](int64_t, int64_t) { return bg(rng) / 8.0; };
+  add(0, back);
+  add(7, back);
+  // A tie split across two tiles: equal extremes at both ends of a 3-tile segment.
+  add(3 * T, [&](int64_t k, int64_t m) { return k == 0 || k == 3 * T - 1 ? top : back(k, m); });
+  add(0, back);
+  add(0, back);
+  // k = 3 in three different tiles.
+  add(2 * T + 5, [&](int64_t k, int64_t m) { return k == 1 || k == T + 3 || k == 2 * T + 4 ? top : back(k, m); });
+  // A lone extreme (random data's case) in a segment crossing a tile edge.
+  add(T + 1, [&](int64_t k, int64_t m) { return k == T / 2 ? top : back(k, m); });
+  // Ties at the first and at the last position of every tile the segment meets.
+  add(5 * T, [&](int64_t k, int64_t m) { return m % T == 0 || m % T == T - 1 ? top : back(k, m); });
+  // All equal, more than 32 tiles (fixup_tree's chunked phases).
+  add(40 * T, [&](int64_t, int64_t) { return top; });
+  add(1, back);
+  // Three ties far apart in a segment of more than 32 tiles.
+  add(40 * T + 3, [&](int64_t k, int64_t m) { return k == 2 || k == 17 * T || k == 40 * T + 1 ? top : back(k, m); });
+  // NaN ties in different tiles (NaN is the max and the min).
+  add(3 * T, [&](int64_t k, int64_t m) { return k == 5 || k == 2 * T + 7 ? kNaN : back(k, m); });
+  // -0/+0 ties: every element a zero of either sign beside values on the far side.
+  add(2 * T + 1, [&](int64_t k, int64_t) {
+    return k % 3 == 2 ? (is_max ? -0.5 : 0.5) : (k % 2 ? -0.0 : 0.0);
+  });
+  // Short segments, many per tile, with ties inside.
+  for (int r = 0; r < 40; ++r) add(r % 5, [&](int64_t k, int64_t m) { return k % 2 ? top : back(k, m); });
+  // All equal, exactly one tile long, then a tile plus one.
+  add(T, [&](int64_t, int64_t) { return top; });
+  add(T + 1, [&](int64_t, int64_t) { return top; });
+  return b;
+}
+
+void run_constructed(DType t, int64_t inner, DType index, std::mt19937_64& rng, std::set<std::string>& reached) {
+  const int64_t T = tile_items(t, inner);
+  for (const char* r : {"max", "min"}) {
+    const bool is_max = std::string(r) == "max";
+    const Built b = build_row(T, is_max, rng);
+    const int64_t L = int64_t(b.x.size());
+    std::vector<double> x;
+    x.reserve(size_t(L * inner));
+    for (double v : b.x)
+      for (int64_t f = 0; f < inner; ++f) x.push_back(f % 3 == 1 && !std::isnan(v) ? v * 0.5 : v);  // features differ
+    Layout lay = inner == 1 ? from_lengths({L}, 0, {b.lens}) : from_lengths({L, inner}, 0, {b.lens});
+    lay.index_dtype = index;
+    for (const auto& p : check_maxbwd(lay, t, r, x, rng)) reached.insert(p);
+  }
+}
+
+TEST(CudaSegmentReduceMaxBwd, ConstructedTileEdgesFlat) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(91);
+  std::set<std::string> reached;
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float64, DType::Float16})
+    for (DType index : {DType::Int32, DType::Int64}) {
+      if ((t == DType::Float64 || t == DType::Float16) && index == DType::Int64) continue;
+      run_constructed(t, 1, index, rng, reached);
+    }
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.flat.i32"));
+}
+
+TEST(CudaSegmentReduceMaxBwd, ConstructedTileEdgesFeatures) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(92);
+  std::set<std::string> reached;
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (int64_t inner : {4, 16, 128, 3})
+      for (DType index : {DType::Int32, DType::Int64}) {
+        if (inner == 128 && index == DType::Int64) continue;
+        run_constructed(t, inner, index, rng, reached);
+      }
+  run_constructed(DType::Float64, 16, DType::Int32, rng, reached);
+  run_constructed(DType::Float16, 8, DType::Int32, rng, reached);
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
+}
+
+// Low-cardinality random data (values in {0, 1, 2}, some NaN, both zeros): ties
+// everywhere, at every offset from the tile and lane edges; lengths around the
+// tile sizes and batched rows (outer > 1).
+TEST(CudaSegmentReduceMaxBwd, RandomTiesEverywhere) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(93);
+  std::uniform_int_distribution<int> v(0, 40);
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (int64_t inner : {1, 4, 16})
+      for (int64_t max_len : {3, 40, 700, 2500}) {
+        const int64_t outer = 3, L = 5000;
+        std::vector<std::vector<int64_t>> rows;
+        size_t S = 0;
+        for (int64_t r = 0; r < outer; ++r) {
+          rows.push_back(random_lengths(rng, L, max_len));
+          S = std::max(S, rows.back().size());
+        }
+        for (auto& row : rows) row.resize(S, 0);  // every row S segments (trailing empties)
+        std::vector<double> x(size_t(outer * L * inner));
+        for (auto& e : x) {
+          const int k = v(rng);
+          e = k == 0 ? kNaN : k == 1 ? -0.0 : k == 2 ? 0.0 : double(k % 3);
+        }
+        const Layout lay = inner == 1 ? from_lengths({outer, L}, 1, rows) : from_lengths({outer, L, inner}, 1, rows);
+        for (const char* r : {"max", "min", "amax", "amin"}) check_maxbwd(lay, t, r, x, rng);
+      }
+}
+
+}  // namespace
+}  // namespace segred::testing
