@@ -730,7 +730,7 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
 }
 
 // feat_elementwise's walk for a backward that reads no data (sum, mean) when a
-// warp holds several workers (G < 32, one slab; session 7). The warp's 32 / G
+// warp holds several workers and a row is at most 16 bytes (session 7). The warp's 32 / G
 // workers own consecutive tiles, so their rows are one contiguous range; the warp
 // writes it R = 32 / G rows side by side per step (one coalesced store), each
 // lane walking q forward to its row's segment (its context reloaded only when
