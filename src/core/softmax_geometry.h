@@ -42,10 +42,12 @@
 //     fp16 fwd V=8, EV=64, tx=64.
 //   [2048, 65536] dim -1: lastdim_block, tx=512; cluster 4 (fp32 fwd, 4*512*32 =
 //     65536), 2 (fp16 fwd), 8 (fp32 bwd), 4 (fp16 bwd); two blocks per SM.
-//   [64, 262144] dim -1: lastdim_block; fp32 fwd and fp16 bwd tx=512, cluster=16
-//     (16*512*32 = 262144, two blocks per SM); fp16 fwd 512 x 8; fp32 bwd
-//     tx=1024, cluster=16 (16*1024*16; 512-thread blocks would need 32). The row
-//     stays on chip in every case.
+//   [64, 262144] dim -1: lastdim_block; resident it would be fp32 fwd and fp16
+//     bwd tx=512, cluster=16 (16*512*32 = 262144), fp16 fwd 512 x 8, fp32 bwd
+//     1024 x 16, in 2-8 waves of rows in lock step; session 7 streams it in two
+//     chunks at half that capacity (long_rows_streamed): fp32 fwd and 16-bit bwd
+//     512 x 8 (grid 512), 16-bit fwd 512 x 4 (grid 256), fp32 bwd 512 x 16
+//     (grid 1024), chunks 2.
 //   [64, 256, 56, 56] fp16 dim 1: spatial staged (fwd and bwd), V=4 (8 bytes),
 //     tx=16 (64 columns, 128-byte rows), ty=16, krows=16: the [256 x 64] tile of
 //     a 256-thread block in 32 KB (fwd) / 64 KB (bwd, g and y), 3136 blocks.
@@ -204,6 +206,9 @@ struct SoftmaxTestCaps {
   std::atomic<int> stage_min_d{0};  // > 0: stage every column with D >= this (both directions)
   std::atomic<int> stage_min_row_fwd{32};   // narrowest staged row segment, bytes (fwd)
   std::atomic<int> stage_min_row_bwd{128};  // (bwd)
+  // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
+  // lastdim_block; false: the resident split they had before).
+  std::atomic<bool> long_rows_streamed{true};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
@@ -336,6 +341,29 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
       g.tx = bt;
       g.cluster = std::min(8, max_cluster);
       g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
+    }
+    // Session 7 (issue #5): few long rows in a few waves. A resident row of at
+    // least 8 blocks of bt threads, with more than one and at most 8 waves of rows
+    // (a wave: 1024 threads per SM, the block kernel's 64 registers), runs in lock
+    // step: every cluster of a wave loads, then reduces with DRAM idle, then
+    // writes, and each wave starts with an empty memory pipeline ([64, 262144] at
+    // 40-54% of copy, bench/NOTES.md). Half the resident capacity per row instead:
+    // blocks of bt, the fewest cluster ranks that hold half the row, chunks = 2 (the
+    // online pass has no barrier between chunks; the write re-reads the row from
+    // L2: about 2 x 17 MB in flight on 132 SMs): half the waves, and a 1024-thread
+    // resident row (fp32 bwd) runs as two blocks of 512 per SM. 2- and 4-byte types
+    // (bench/notes-s7-cuda-softmax-longrows.md).
+    if (g.chunks == 1 && es <= 4 && caps.long_rows_streamed.load()) {
+      const int64_t row_threads = int64_t(g.cluster) * g.tx;
+      const int64_t all = g.work * row_threads, wave = int64_t(1024) * sms;
+      const int64_t c = pow2_ceil(ceil_div(ceil_div(need, 2), bt));
+      if (row_threads >= 8 * int64_t(bt) && all > wave && all <= 8 * wave && c <= max_cluster) {
+        g.tx = bt;
+        g.cluster = int(c);
+        g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
+        g.grid = std::min(g.work, max_clusters) * g.cluster;
+        return g;
+      }
     }
     // Few long rows: spread a row over more blocks (same capacity) until the
     // rows fill the GPU.

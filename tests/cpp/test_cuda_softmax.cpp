@@ -362,6 +362,95 @@ TYPED_TEST(CudaSoftmax, StagedSpatialSmallShapes) {
   EXPECT_GE(staged, 30);
 }
 
+// Session 7 (issue #5): few long last-dim rows in a few waves stream in two
+// chunks at half the resident capacity (softmax_geometry, lastdim_block;
+// SoftmaxTestCaps::long_rows_streamed). Caps (1 SM: a wave is 1024 threads;
+// 64-thread blocks) bring the rule down to rows of 8193 to 40000 elements, 5 rows
+// (the special rows of make_input: all -inf, NaN mid-row, +inf at the last element,
+// i.e. in the second chunk, every other -inf; and a plain row): a row of exactly
+// two chunks, a second chunk of one vector (one element for scalar loads), a second
+// chunk ending inside a cluster rank, scalar loads (D odd), i32 and i64, softmax
+// and log_softmax. The launch must be the streamed geometry, and the rule off must
+// give a resident one for the same shape. float64 is never streamed by the rule.
+TYPED_TEST(CudaSoftmax, LongRowsStreamedInTwoChunks) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(707);
+  auto& caps = detail::softmax_test_caps();
+  struct Reset {
+    ~Reset() {
+      auto& c = detail::softmax_test_caps();
+      c.max_threads = 1024;
+      c.sm_count = 1 << 20;
+      c.long_rows_streamed = true;
+    }
+  } reset;
+  caps.max_threads = 64;
+  caps.sm_count = 1;
+  const bool small = dtype_size(dtype_of<TypeParam>()) <= 4;
+  std::set<std::string> kinds;
+  int streamed = 0;
+  for (int64_t D : {8192, 8193, 8196, 8200, 12000, 16384, 16392, 32768, 40000})
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      const Geo c{{5, D}, -1};
+      SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<TypeParam>(), dir, false, Backend::CUDA);
+      caps.long_rows_streamed = false;
+      const detail::SoftmaxGeometry r = detail::softmax_geometry(p);
+      caps.long_rows_streamed = true;
+      const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+      if (g.kernel != detail::SoftmaxKernel::Block || g.chunks != 2 || r.chunks != 1) continue;
+      EXPECT_TRUE(small) << shape_string(c.shape);
+      EXPECT_EQ(g.tx, 64);
+      const int64_t chunk = int64_t(g.cluster) * g.tx * g.ev;  // elements per chunk
+      const int64_t last = D - chunk;                           // in the second chunk
+      const int64_t per_rank = int64_t(g.tx) * g.ev;
+      const std::string dn = dir == Direction::Fwd ? "fwd " : "bwd ";
+      if (last == chunk) kinds.insert(dn + "two full chunks");
+      if (last == g.vec) kinds.insert(dn + "one vector in the second chunk");
+      if (last % per_rank != 0) kinds.insert(dn + "second chunk ends inside a rank");
+      if (g.vec == 1) kinds.insert(dn + "scalar");
+      for (bool f64 : {false, true})
+        for (bool log : {false, true}) {
+          ++streamed;
+          std::string path;
+          run_case<TypeParam>(c, log, dir, f64, rng, &g, &path);
+          EXPECT_NE(path.find(".lastdim_block."), std::string::npos) << path;
+        }
+    }
+  if (!small) {
+    EXPECT_EQ(streamed, 0);
+    return;
+  }
+  std::string all;
+  for (const auto& k : kinds) all += k + ", ";
+  for (const char* dn : {"fwd ", "bwd "})
+    for (const char* k : {"two full chunks", "one vector in the second chunk", "second chunk ends inside a rank", "scalar"})
+      EXPECT_TRUE(kinds.count(std::string(dn) + k)) << dn << k << " not reached; reached: " << all;
+  EXPECT_GE(streamed, 4 * 2 * 4);
+}
+
+// The benchmark's geometry at the device's SM count: [34, 262144] streams in every
+// 2- and 4-byte dtype and direction on a 132-SM H200 (fp32 fwd 512 x 8, fp32 bwd
+// 512 x 16 with 16-block non-portable clusters, 16-bit fwd 512 x 4, 16-bit bwd
+// 512 x 8; chunks 2), against the reference; softmax and log_softmax, i32.
+TYPED_TEST(CudaSoftmax, LongRowsStreamedAtDeviceSize) {
+  SKIP_WITHOUT_GPU();
+  if (dtype_size(dtype_of<TypeParam>()) > 4) GTEST_SKIP() << "float64 is not streamed by the long-row rule";
+  std::mt19937 rng(708);
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  int streamed = 0;
+  const Geo c{{34, 262144}, -1};
+  for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+    SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<TypeParam>(), dir, false, Backend::CUDA);
+    p.sm_count = sms;
+    const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+    const bool s = g.kernel == detail::SoftmaxKernel::Block && g.chunks == 2 && g.tx == 512;
+    streamed += s;
+    for (bool log : {false, true}) run_case<TypeParam>(c, log, dir, false, rng, &g);
+  }
+  if (sms == 132) EXPECT_EQ(streamed, 2);
+}
+
 // The shared-memory, cluster and streaming geometries only, float32, i32 and
 // i64: small enough for compute-sanitizer racecheck.
 TEST(CudaSoftmaxSan, SharedMemoryClusterAndStreamingPaths) {

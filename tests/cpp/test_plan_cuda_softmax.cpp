@@ -494,14 +494,16 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   }
   // Long rows: blocks of 512 (two per SM) in a cluster of 4096 * 16 / (512 * EV)
   // blocks; 1024 only where a resident row needs more than 16 blocks of 512.
+  // Session 7: [64, 262144] (2-8 waves of rows) streams in two chunks at half the
+  // resident capacity (SoftmaxTestCaps::long_rows_streamed; off: the resident split).
   struct Long {
     DType dt;
     Direction dir;
-    int cl_65536, tx_262144, cl_262144;
+    int cl_65536, tx_262144, cl_262144, cl_262144_streamed;
   };
-  for (const Long& l : {Long{DType::Float32, Direction::Fwd, 4, 512, 16}, Long{DType::Float32, kBwd, 8, 1024, 16},
-                        Long{DType::Float16, Direction::Fwd, 2, 512, 8}, Long{DType::Float16, kBwd, 4, 512, 16},
-                        Long{DType::BFloat16, Direction::Fwd, 2, 512, 8}, Long{DType::BFloat16, kBwd, 4, 512, 16}}) {
+  for (const Long& l : {Long{DType::Float32, Direction::Fwd, 4, 512, 16, 8}, Long{DType::Float32, kBwd, 8, 1024, 16, 16},
+                        Long{DType::Float16, Direction::Fwd, 2, 512, 8, 4}, Long{DType::Float16, kBwd, 4, 512, 16, 8},
+                        Long{DType::BFloat16, Direction::Fwd, 2, 512, 8, 4}, Long{DType::BFloat16, kBwd, 4, 512, 16, 8}}) {
     SCOPED_TRACE(std::string(dtype_name(l.dt)) + (l.dir == Direction::Fwd ? " fwd" : " bwd"));
     g = geo({2048, 65536}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
@@ -510,6 +512,14 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
     EXPECT_EQ(g.chunks, 1);
     EXPECT_EQ(g.grid, 2048 * l.cl_65536);
     g = geo({64, 262144}, -1, l.dt, l.dir);
+    EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
+    EXPECT_EQ(g.cluster, l.cl_262144_streamed);
+    EXPECT_EQ(g.tx, 512);
+    EXPECT_EQ(g.chunks, 2);
+    EXPECT_EQ(g.grid, 64 * l.cl_262144_streamed);
+    detail::softmax_test_caps().long_rows_streamed = false;
+    g = geo({64, 262144}, -1, l.dt, l.dir);
+    detail::softmax_test_caps().long_rows_streamed = true;
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
     EXPECT_EQ(g.cluster, l.cl_262144);
     EXPECT_EQ(g.tx, l.tx_262144);
@@ -865,6 +875,124 @@ TEST(CudaSoftmaxPlan, StagedSpatialGeometrySweep) {
       EXPECT_EQ(g.cluster, 1);
       expect_consistent(q);
     }
+}
+
+// Session 7 (issue #5): few long last-dim rows stream in two chunks at half the
+// resident capacity when the resident row needs >= 8 blocks of 512 and the rows
+// take more than one and at most 8 waves (wave = 1024 threads x SMs). The
+// benchmark shape, the edges where the choice flips (rows, row length, caps), the
+// old geometry with the hook off, and never for float64.
+TEST(CudaSoftmaxPlan, LongRowsStreamedInTwoChunks) {
+  constexpr Direction kFwd = Direction::Fwd, kBwd = Direction::Bwd;
+  auto geo = [](int64_t rows, int64_t D, DType dt, Direction dir, bool log = false) {
+    return detail::softmax_geometry(cuda_problem({rows, D}, -1, dir, log, dt));
+  };
+  auto streamed = [](const detail::SoftmaxGeometry& g) {
+    return g.kernel == detail::SoftmaxKernel::Block && g.chunks == 2 && g.tx == 512;
+  };
+  // [64, 262144]: every 2- and 4-byte dtype, direction and op; i32.
+  struct B {
+    DType dt;
+    Direction dir;
+    int cluster;
+  };
+  for (const B& b : {B{DType::Float32, kFwd, 8}, B{DType::Float32, kBwd, 16}, B{DType::Float16, kFwd, 4},
+                     B{DType::Float16, kBwd, 8}, B{DType::BFloat16, kFwd, 4}, B{DType::BFloat16, kBwd, 8}})
+    for (bool log : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(b.dt)) + (b.dir == kFwd ? " fwd" : " bwd") + (log ? " log" : ""));
+      const auto g = geo(64, 262144, b.dt, b.dir, log);
+      EXPECT_TRUE(streamed(g));
+      EXPECT_EQ(g.cluster, b.cluster);
+      EXPECT_EQ(g.grid, 64 * b.cluster);
+      EXPECT_EQ(g.index_bits, 32);
+      // Each chunk is half the row: the first full, the second exactly the rest.
+      EXPECT_EQ(int64_t(g.cluster) * g.tx * g.ev, 262144 / 2);
+      const SoftmaxProblem p = cuda_problem({64, 262144}, -1, b.dir, log, b.dt);
+      EXPECT_EQ(std::string(plan_softmax(p).path),
+                expected_name(log, b.dir, "lastdim_block", 32));
+      expect_consistent(p);
+    }
+  // Rows: one wave or less stays resident; more than 8 waves stays resident.
+  // fp32 fwd rows of 262144 need 8192 threads: 16 rows = 131072 <= 1024 x 132.
+  EXPECT_EQ(geo(16, 262144, DType::Float32, kFwd).chunks, 1);
+  EXPECT_TRUE(streamed(geo(17, 262144, DType::Float32, kFwd)));
+  EXPECT_TRUE(streamed(geo(132, 262144, DType::Float32, kFwd)));  // 8 waves exactly
+  EXPECT_EQ(geo(133, 262144, DType::Float32, kFwd).chunks, 1);
+  // fp32 bwd (16384 threads a row, resident 1024 x 16): 8 rows resident, 9 streamed
+  // (512 x 16), 66 rows = 8.0 waves streamed, 67 resident.
+  EXPECT_EQ(geo(8, 262144, DType::Float32, kBwd).tx, 1024);
+  EXPECT_EQ(geo(8, 262144, DType::Float32, kBwd).chunks, 1);
+  EXPECT_TRUE(streamed(geo(9, 262144, DType::Float32, kBwd)));
+  EXPECT_EQ(geo(9, 262144, DType::Float32, kBwd).cluster, 16);
+  EXPECT_TRUE(streamed(geo(66, 262144, DType::Float32, kBwd)));
+  EXPECT_EQ(geo(67, 262144, DType::Float32, kBwd).chunks, 1);
+  // 16-bit fwd (4096 threads a row): 33 rows resident (one wave), 34 streamed.
+  EXPECT_EQ(geo(33, 262144, DType::Float16, kFwd).chunks, 1);
+  EXPECT_TRUE(streamed(geo(34, 262144, DType::BFloat16, kFwd)));
+  // Row length: fp32 fwd D = 65536 needs 4 blocks of 512 (resident); D = 65540
+  // needs 8: streamed as 4 x 512, chunks 2 (the second chunk holds 4 elements).
+  EXPECT_EQ(geo(64, 65536, DType::Float32, kFwd).chunks, 1);
+  EXPECT_EQ(geo(64, 65536, DType::Float32, kFwd).cluster, 4);
+  auto g = geo(64, 65540, DType::Float32, kFwd);
+  EXPECT_TRUE(streamed(g));
+  EXPECT_EQ(g.cluster, 4);
+  EXPECT_EQ(int64_t(g.cluster) * g.tx * g.ev + 4, 65540);
+  // [2048, 65536] (16-62 waves) and [16384, 4096] keep their resident geometry.
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+    for (Direction dir : {kFwd, kBwd}) {
+      EXPECT_EQ(geo(2048, 65536, dt, dir).chunks, 1);
+      EXPECT_EQ(geo(16384, 4096, dt, dir).chunks, 1);
+    }
+  // Scalar loads (D % V != 0, EV 16): [64, 262143] fp32 fwd, resident 1024 x 16,
+  // streamed 512 x 16.
+  g = geo(64, 262143, DType::Float32, kFwd);
+  EXPECT_EQ(g.vec, 1);
+  EXPECT_TRUE(streamed(g));
+  EXPECT_EQ(g.cluster, 16);
+  expect_consistent(cuda_problem({64, 262143}, -1, kFwd, false, DType::Float32));
+  // float64 is never streamed by this rule ([64, 262144] already streams at EV 8).
+  EXPECT_EQ(geo(64, 262144, DType::Float64, kFwd).chunks, 8);
+  EXPECT_EQ(geo(64, 131072, DType::Float64, kBwd).chunks, 1);
+  // The launcher's first fallback (no non-portable cluster: max_cluster 8): the
+  // resident fp32 fwd row would be 1024 x 8; streamed 512 x 8.
+  SoftmaxProblem q = cuda_problem({64, 262144}, -1, kFwd, false, DType::Float32);
+  q.max_cluster = 8;
+  g = detail::softmax_geometry(q);
+  EXPECT_TRUE(streamed(g));
+  EXPECT_EQ(g.cluster, 8);
+  expect_consistent(q);
+  // Hook off: the resident geometry everywhere.
+  detail::softmax_test_caps().long_rows_streamed = false;
+  EXPECT_EQ(geo(64, 262144, DType::Float32, kFwd).chunks, 1);
+  EXPECT_EQ(geo(64, 262144, DType::Float32, kBwd).tx, 1024);
+  EXPECT_EQ(geo(64, 65540, DType::Float32, kFwd).chunks, 1);
+  detail::softmax_test_caps().long_rows_streamed = true;
+  // A sweep: every streamed geometry is exactly 2 chunks of 512-thread blocks, the
+  // first chunk shorter than D, and consistent (i32 indices below the bound).
+  int n = 0;
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64})
+    for (Direction dir : {kFwd, kBwd})
+      for (int64_t rows : {1, 8, 9, 17, 33, 34, 64, 100, 132, 133, 300})
+        for (int64_t D : {65536, 65540, 100000, 131072, 131073, 200000, 262143, 262144, 262148, 300000, 524288}) {
+          const SoftmaxProblem p = cuda_problem({rows, D}, -1, dir, false, dt);
+          const auto h = detail::softmax_geometry(p);
+          if (h.kernel != detail::SoftmaxKernel::Block || h.chunks != 2 || dtype_size(dt) > 4) continue;
+          detail::softmax_test_caps().long_rows_streamed = false;
+          const auto r = detail::softmax_geometry(p);
+          detail::softmax_test_caps().long_rows_streamed = true;
+          if (r.chunks != 1) continue;  // streamed before session 7 already
+          ++n;
+          SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(D) + " " + std::string(dtype_name(dt)));
+          EXPECT_EQ(h.tx, 512);
+          EXPECT_LT(int64_t(h.cluster) * h.tx * h.ev, D);
+          EXPECT_GE(2 * int64_t(h.cluster) * h.tx * h.ev, D);
+          EXPECT_GE(int64_t(r.cluster) * r.tx, 8 * 512);
+          EXPECT_GT(rows * r.cluster * r.tx, int64_t(1024) * 132);
+          EXPECT_LE(rows * r.cluster * r.tx, int64_t(8) * 1024 * 132);
+          EXPECT_EQ(h.grid, rows * h.cluster);
+          expect_consistent(p);
+        }
+  EXPECT_GT(n, 40);
 }
 
 TEST(CudaSoftmaxPlan, ForcedIndex64HookAndCapsShrink) {
