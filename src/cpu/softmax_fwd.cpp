@@ -89,8 +89,9 @@ void softmax_narrow(SoftmaxIsa isa, const float* in, bfloat16_t* out, int64_t n)
 }
 
 void softmax_vec_math(SoftmaxIsa isa, bool log, const float* in, float* out, int64_t n) {
-  SEGRED_SOFTMAX_ON_ISA(isa, vec_math(log, in, out, n))
+  SEGRED_SOFTMAX_ON_ISA(isa, vec_math(log ? 1 : 0, in, out, n))
 }
+void softmax_vec_exp16(SoftmaxIsa isa, const float* in, float* out, int64_t n) { SEGRED_SOFTMAX_ON_ISA(isa, vec_math(2, in, out, n)) }
 
 void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x, const TensorView& out) {
   detail::record_launch(plan.path);

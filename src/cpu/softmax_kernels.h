@@ -48,5 +48,7 @@ void softmax_narrow(SoftmaxIsa isa, const float* in, half_t* out, int64_t n);
 void softmax_narrow(SoftmaxIsa isa, const float* in, bfloat16_t* out, int64_t n);
 // The kernels' float exp (log with log = true) of the given build on n values.
 void softmax_vec_math(SoftmaxIsa isa, bool log, const float* in, float* out, int64_t n);
+// The 16-bit forwards' exp (VecF::exp16) of the given build on n values.
+void softmax_vec_exp16(SoftmaxIsa isa, const float* in, float* out, int64_t n);
 
 }  // namespace segred::cpu

@@ -305,6 +305,89 @@ TYPED_TEST(SoftmaxDtype, LongRowsAcrossBlocksAgainstReference) {
   }
 }
 
+// The 16-bit last-dim forward of rows of >= 1024 values (session 7) takes its
+// exps against speculative per-lane bases (the row's first vector, then the
+// running lane max) and re-does a row against its max when a base ends outside
+// [M - 64, M] (so also when an exp's argument exceeded 64). Rows that keep the speculation (random, a
+// spread just under the margin, -inf late) and rows that break it (a block over
+// the margin; a leading -inf with every value negative; a first element far
+// below the max), special values late in a row, row lengths around vector
+// multiples of every build (4, 8, 16 lanes), and rows of several blocks with the
+// max rising within the margin in one block and past it in a later one: every
+// ISA build, both store modes, against the float64 reference. (Float32 and
+// float64 take the two-pass kernel: the same rows check it.)
+TYPED_TEST(SoftmaxDtype, LastdimSpeculativeBasesEveryIsaAndStoreMode) {
+  IsaAndStreamScope restore;
+  Rng rng;
+  SEED_TRACE(rng);
+  constexpr int kKinds = 11;
+  auto row_of = [&](int kind, int64_t D) {
+    std::vector<double> r = rng.values(size_t(D), 6.0);
+    switch (kind) {
+      case 0: break;                                              // random: the speculation holds
+      case 1: for (auto& v : r) v += 40.0; r[0] = -30.0; break;   // a lane over its base by > 64: block re-done
+      case 2: for (auto& v : r) v = v / 2 - 6.0; for (int64_t i = 0; i < std::min<int64_t>(D, 3); ++i) r[size_t(i)] = -kInf; break;  // bases 0 > M
+      case 3: r[0] = -80.0; break;                                // a base below M - 64
+      case 4: r[size_t(D - 1)] = kNaN; break;                     // NaN last
+      case 5: r[size_t(D - 1)] = kInf; break;                     // +inf last
+      case 6: for (auto& v : r) v = -kInf; r[size_t(D - 1)] = 3.0; break;  // one finite value, last
+      case 7: for (auto& v : r) v = -kInf; break;                 // all -inf
+      case 8: for (auto& v : r) v = std::fabs(v) / 8; r[0] = 0.0; r[size_t(D - 1)] = 63.5; break;  // bases >= M - 64: exps up to e^63.5 kept
+      case 9: r[size_t(D - 1)] = -kInf; break;                    // -inf last
+      default: for (auto& v : r) v -= 200.0; break;               // all far below 0
+    }
+    return r;
+  };
+  for (cpu::SoftmaxIsa isa : runnable_isas())
+    for (int mode : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << (mode == 2 ? ", streaming stores" : ""));
+      cpu::softmax_isa_cap() = int(isa);
+      cpu::softmax_stream_mode() = mode;
+      // Rows of D >= 1024 (kFusedMinD) take the fused kernel, shorter ones the
+      // two-pass kernel with exp16: lengths around vector multiples of both.
+      for (int64_t D : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257, 1023, 1024, 1025,
+                        1027, 1028, 1029, 1031, 1032, 1033, 1039, 1040, 1041, 1055, 1057}) {
+        std::vector<double> x;
+        for (int k = 0; k < kKinds; ++k) {
+          const auto r = row_of(k, D);
+          x.insert(x.end(), r.begin(), r.end());
+        }
+        check_against_reference<TypeParam>(decompose({kKinds, D}, 1), x, rng.grads(x.size()));
+      }
+      // Several blocks (plan.chunk: 8192 16-bit values, 4096 float32).
+      const int64_t D = 3 * 8192 + 5;
+      std::vector<double> x;
+      {
+        auto r = rng.values(size_t(D), 4.0);  // max rises by ~46 in block 1 (kept), by ~70 more in block 2 (re-done)
+        for (int64_t i = 8192; i < 16384; ++i) r[size_t(i)] += 46.0;
+        for (int64_t i = 16384; i < 16400; ++i) r[size_t(i)] = 120.0 - double(i - 16384);
+        x.insert(x.end(), r.begin(), r.end());
+      }
+      {
+        auto r = rng.values(size_t(D), 4.0);  // max rises within the margin in every block
+        for (int64_t i = 0; i < D; ++i) r[size_t(i)] += double(i / 4096) * 12.0;
+        x.insert(x.end(), r.begin(), r.end());
+      }
+      {
+        auto r = rng.values(size_t(D), 4.0);  // leading -inf lanes, every value far below 0
+        for (auto& v : r) v -= 200.0;
+        for (int64_t i = 0; i < 5; ++i) r[size_t(i)] = -kInf;
+        x.insert(x.end(), r.begin(), r.end());
+      }
+      {
+        auto r = rng.values(size_t(D), 4.0);  // NaN in the last block's tail
+        r[size_t(D - 2)] = kNaN;
+        x.insert(x.end(), r.begin(), r.end());
+      }
+      // Small upstream gradients: with a row's probability on one element, the
+      // float32 backward's sum of 24581 gradients (an existing kernel, not under
+      // test here) would otherwise come near its tolerance.
+      auto g = rng.grads(x.size());
+      for (auto& v : g) v /= 64;
+      check_against_reference<TypeParam>(decompose({4, D}, -1), x, g);
+    }
+}
+
 // The spatial forward's tile widths (plan_softmax, session 5): a long D takes
 // W = 128 while the [D, 128] tiles of x and of the exps fit in 1 MiB, else at
 // least 256 columns; a short D (one statistics block per tile) prefetches the
@@ -852,6 +935,33 @@ TEST(SoftmaxOps, VectorExpAndLogOfEveryIsaBuild) {
     EXPECT_TRUE(std::isnan(e[s + 5]));
     EXPECT_GT(e[s + 6], 0.0f);  // a subnormal result, not flushed
     EXPECT_TRUE(std::isnan(l.back()));
+  }
+}
+
+// The 16-bit forwards' exp (VecF::exp16: degree-5 polynomial) of every build:
+// within 3 ulp over the range those forwards use (arguments <= 0 there; up to 64
+// for the fused last-dim pass), subnormal results included (measured: AVX2 and
+// AVX-512 within 2, the SSE2 baseline, without FMA, 2.2); exact specials.
+TEST(SoftmaxOps, VectorExp16OfEveryIsaBuild) {
+  std::vector<float> xe;
+  for (float x = -103.0f; x < 88.0f; x += 0.0137f) xe.push_back(x);
+  for (float x = -1.0f; x < 1.0f; x += 1.0f / 4096) xe.push_back(x);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float x : {0.0f, -inf, -200.0f, nan, -100.0f, -1e30f}) xe.push_back(x);
+  for (cpu::SoftmaxIsa isa : runnable_isas()) {
+    SCOPED_TRACE(cpu::softmax_isa_name(isa));
+    std::vector<float> e(xe.size());
+    cpu::softmax_vec_exp16(isa, xe.data(), e.data(), int64_t(xe.size()));
+    double worst = 0;
+    for (size_t i = 0; i + 6 < xe.size(); ++i) worst = std::max(worst, ulps(e[i], std::exp(double(xe[i]))));
+    EXPECT_LE(worst, 3.0);
+    const size_t s = xe.size() - 6;
+    EXPECT_EQ(e[s + 0], 1.0f);
+    EXPECT_EQ(e[s + 1], 0.0f);
+    EXPECT_EQ(e[s + 2], 0.0f);
+    EXPECT_TRUE(std::isnan(e[s + 3]));
+    EXPECT_GT(e[s + 4], 0.0f);  // a subnormal result, not flushed
+    EXPECT_EQ(e[s + 5], 0.0f);
   }
 }
 
