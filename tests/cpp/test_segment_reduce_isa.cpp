@@ -292,6 +292,91 @@ TEST_P(SegmentReduceIsa, ShortSegmentGroupsEqualEachSegmentAloneEveryBuild) {
   }
 }
 
+// The flat forward's order of additions, emulated in float: per segment two kVF-lane
+// accumulators (vectors of the pair loop to a0 / a1, an odd vector to a0, the tail
+// padded with +0 to a1), a0 + a1, then the lane tree (lane k + lane k + W/2, halving),
+// start + r, the mean. sr_flat_block forms the vectors of segments of up to 4 kVF with
+// count-masked loads instead of loops (sr_flat_lanes_short), longer ones with the loop:
+// both must give exactly this order (the contract "a function of n alone"). Lengths 0
+// to 72 (both tiers and the loop around 2 kVF and 4 kVF of every build), shuffled, data
+// spanning 24-60 binades (so a different order changes the bits), initial none / -0 / 2.5,
+// sum and mean, every build, bit for bit.
+float emulated_flat_sum(const std::vector<float>& x, int64_t b, int64_t n, int kvf) {
+  std::vector<float> a0(size_t(kvf), 0.0f), a1(size_t(kvf), 0.0f);
+  int64_t i = 0;
+  for (; i + 2 * kvf <= n; i += 2 * kvf)
+    for (int k = 0; k < kvf; ++k) {
+      a0[size_t(k)] += x[size_t(b + i + k)];
+      a1[size_t(k)] += x[size_t(b + i + kvf + k)];
+    }
+  if (i + kvf <= n) {
+    for (int k = 0; k < kvf; ++k) a0[size_t(k)] += x[size_t(b + i + k)];
+    i += kvf;
+  }
+  if (i < n)
+    for (int k = 0; k < kvf; ++k) a1[size_t(k)] += i + k < n ? x[size_t(b + i + k)] : 0.0f;
+  for (int k = 0; k < kvf; ++k) a0[size_t(k)] += a1[size_t(k)];
+  for (int w = kvf; w > 1; w /= 2)
+    for (int k = 0; k < w / 2; ++k) a0[size_t(k)] += a0[size_t(k + w / 2)];
+  return a0[0];
+}
+
+TEST_P(SegmentReduceIsa, FlatSumOrderIsTheLaneContractEveryBuild) {
+  const DType t = GetParam();
+  if (t == DType::Float64) GTEST_SKIP() << "float64 keeps the scalar-order loops";
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> lens;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<int64_t> p;
+    for (int64_t n = 0; n <= 72; ++n) p.push_back(n);
+    std::shuffle(p.begin(), p.end(), rng);
+    lens.insert(lens.end(), p.begin(), p.end());
+  }
+  lens.push_back(3);  // a short segment at the very end of the tensor
+  const int64_t L = sum_of(lens), S = int64_t(lens.size());
+  std::uniform_real_distribution<double> u(1.0, 2.0);
+  // Exponent spans wider than the float accumulator's 24 bits hold, so rounding
+  // happens and a different order shows (16-bit types: within their range).
+  std::uniform_int_distribution<int> e(t == DType::BFloat16 ? -30 : t == DType::Float16 ? -14 : -12,
+                                       t == DType::BFloat16 ? 30 : t == DType::Float16 ? 10 : 12);
+  std::vector<double> xd(static_cast<size_t>(L));
+  for (auto& v : xd) v = ((rng() & 1) ? 1.0 : -1.0) * std::ldexp(u(rng), e(rng));
+  xd = rounded(t, xd);
+  const std::vector<float> xf(xd.begin(), xd.end());  // exact: the dtype's values
+  const Tensor xt = make_tensor(xd, Shape{L}, t);
+  const Tensor mt = make_index(lens, Shape{S}, DType::Int64);
+  IsaScope restore;
+  for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
+    SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
+    cpu::softmax_isa_cap() = isa;
+    const int kvf = isa == 0 ? 4 : isa == 1 ? 8 : 16;
+    for (const char* r : {"sum", "mean"})
+      for (int ini = 0; ini < 3; ++ini) {
+        Segments seg;
+        seg.lengths = mt.view();
+        if (ini == 1) seg.initial = -0.0;
+        if (ini == 2) seg.initial = 2.5;
+        const bool mean = std::string(r) == "mean";
+        const float start = ini == 2 ? 2.5f : ini == 1 ? -0.0f : 0.0f;
+        const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
+        int64_t b = 0;
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t n = lens[size_t(i)];
+          float v = start + emulated_flat_sum(xf, b, n, kvf);
+          if (n == 0) v = mean ? (ini ? start : std::numeric_limits<float>::quiet_NaN()) : start;
+          else if (mean) v = v / float(n);
+          const double want = round_to(t, double(v)), got = load_value(t, out.data(), i);
+          ASSERT_TRUE(same_value(want, got) && std::signbit(want) == std::signbit(got))
+              << r << " segment " << i << " of length " << n << ", initial " << ini << ": " << got << " vs "
+              << want;
+          b += n;
+        }
+      }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceIsa, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
