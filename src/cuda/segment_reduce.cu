@@ -27,8 +27,7 @@
 //      rebuild all of q. Lengths always take 1-2.
 //   1. the first `scan blocks` each reduce a contiguous range of the metadata
 //      items (row-major, outer x k) with the segmented operator ScanOp: their
-//      aggregates (each thread a contiguous run of the range, then one block
-//      scan of the threads' aggregates);
+//      aggregates;
 //   2. each of them scans its range again, starting from the reduction of the
 //      earlier blocks' aggregates, and writes q directly (row bases added, ghost
 //      entries included); lengths rows get their leading 0; q[0], q[U] and the
@@ -130,7 +129,6 @@ struct ScanOp {
 constexpr int kPrepBlock = 256;
 constexpr int kPrepIpt = 4;                              // items per thread per block scan
 constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block scan
-constexpr int kPrepRun = 8;                              // metadata loads in flight per thread (phases 1-2)
 // One block-scan tile per scan block wherever the cooperative grid holds enough
 // blocks (v4 took 4): each pass over the metadata is then one dependent round of
 // loads per block instead of four.
@@ -232,45 +230,15 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
     need_scan = __syncthreads_or(any) != 0;  // the same in every block
   }
   if (need_scan) {
-    // Phases 1-2 give each thread of a scan block a contiguous run of the block's
-    // range (session 7; was: block scans of 1024 items in turn, ~16 dependent
-    // rounds of load + BlockScan per block on 2M lengths, ~60-75 us by ncu):
-    // the thread combines its run in order (loads issued 8 at a time), one block
-    // scan orders the threads' aggregates, and the same walk writes q after the
-    // grid.sync. Any bracketing of the operator gives the same q.
-    const int64_t per_t = scanning && hi > lo ? (hi - lo + kPrepBlock - 1) / kPrepBlock : 0;
-    const int64_t tlo = lo + tid * per_t < hi ? lo + tid * per_t : hi;
-    const int64_t thi = tlo + per_t < hi ? tlo + per_t : hi;
-    // f(idx, item) over [tlo, thi) in order.
-    auto walk = [&](auto&& f) {
-      int64_t r = tlo / a.k, c = tlo - r * a.k;  // k >= 1 when there are items
-      for (int64_t base = tlo; base < thi; base += kPrepRun) {
-        KV x[kPrepRun];
-#pragma unroll
-        for (int i = 0; i < kPrepRun; ++i) {
-          if (base + i < thi) {
-            x[i] = KV{r, clampv(a.m.read(r, c))};
-            if (++c == a.k) {
-              c = 0;
-              ++r;
-            }
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < kPrepRun; ++i)
-          if (base + i < thi) f(base + i, x[i]);
-      }
-    };
-    // 1. aggregates: the thread's, then the block's (and the thread's exclusive
-    // prefix within the block, kept in a register across the grid.sync)
-    KV tpre = empty;
+    // 1. aggregates
     if (scanning) {
       KV run = empty;
-      walk([&](int64_t, const KV& x) { run = op(run, x); });
-      KV bagg;
-      BlockScan(tmp).ExclusiveScan(run, tpre, empty, op, bagg);
-      __syncthreads();  // tmp is reused
-      if (tid == 0) a.agg[b] = bagg;
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        run = op(run, scan(x));
+      }
+      if (tid == 0) a.agg[b] = run;
     }
     grid.sync();
     // 2. scan with the earlier blocks' prefix, written into q
@@ -285,11 +253,20 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
         }
         pre = op(pre, scan(x));
       }
-      pre = op(pre, tpre);
-      walk([&](int64_t idx, const KV& x) {
-        pre = op(pre, x);  // pre.k = this item's row
-        a.q[lead + pre.k * (a.S + 1) + (idx - pre.k * a.k)] = Idx(pre.k * a.L + pre.v);
-      });
+      for (int64_t base = lo; base < hi; base += kPrepTile) {
+        KV x[kPrepIpt];
+        load(base, x);
+        const KV t = scan(x);
+#pragma unroll
+        for (int i = 0; i < kPrepIpt; ++i) {
+          const int64_t idx = base + tid * kPrepIpt + i;
+          if (idx < hi) {
+            const KV y = op(pre, x[i]);  // y.k = this item's row
+            a.q[lead + y.k * (a.S + 1) + (idx - y.k * a.k)] = Idx(y.k * a.L + y.v);
+          }
+        }
+        pre = op(pre, t);
+      }
     }
     if (a.W < 0) return;  // uniform over the grid: no grid.sync follows
     grid.sync();
