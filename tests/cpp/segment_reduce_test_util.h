@@ -30,6 +30,11 @@ namespace segred::testing {
 inline constexpr DType kFloatTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
 inline const char* const kReduces[] = {"sum", "mean", "max", "min", "prod", "amax", "amin"};
 
+// The CUDA suites (test_cuda_segment_reduce*.cpp): device 0; a test skips without a GPU.
+inline const DeviceRef kGpu{Device::CUDA, 0};
+#define SEGRED_NEED_GPU() \
+  if (::segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"
+
 // The reference's name for a reduce ("amax" -> "max").
 inline std::string canonical(const std::string& r) {
   if (r == "amax") return "max";

@@ -23,10 +23,6 @@
 namespace segred::testing {
 namespace {
 
-#define SEGRED_NEED_GPU() \
-  if (::segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"
-
-const DeviceRef kGpu{Device::CUDA, 0};
 const double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 

@@ -24,10 +24,6 @@
 namespace segred::testing {
 namespace {
 
-#define SEGRED_NEED_GPU() \
-  if (::segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"
-
-const DeviceRef kGpu{Device::CUDA, 0};
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool equal_values(const TensorView& a, const TensorView& b, std::string* where) {

@@ -29,10 +29,6 @@
 namespace segred::testing {
 namespace {
 
-#define SEGRED_NEED_GPU() \
-  if (::segred::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device present"
-
-const DeviceRef kGpu{Device::CUDA, 0};
 
 Tensor dev(const TensorView& h) { return Tensor::copy_to(Tensor::contiguous_copy(h), kGpu); }
 Tensor host(const TensorView& d) { return Tensor::copy_to(d, DeviceRef{}); }
