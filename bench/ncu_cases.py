@@ -33,7 +33,8 @@ def rnd(shape, dtype, seed=0):
 
 def segment_cases():
     """(name, fn) for segment_reduce rows of bench/results/h200-segment_reduce.md (same shapes as
-    bench/cuda_bench.cu's cases of the same name)."""
+    bench/cuda_bench.cu's cases of the same name). These calls pass device lengths (as torch
+    users do); the ..._off cases pass offsets, as the benchmark table does."""
     out = []
     rng = np.random.default_rng(1)
     lens = {
@@ -49,6 +50,7 @@ def segment_cases():
             rows = int(L.sum())
             x = rnd((rows,) if inner == 1 else (rows, inner), dtype)
             Lt = torch.from_numpy(L).to(dev)
+            Ot = torch.from_numpy(np.concatenate([[0], np.cumsum(L)])).to(dev)
             dn = "fp32" if dtype == torch.float32 else "bf16"
             for red in ("sum", "max"):
                 def fwd(x=x, Lt=Lt, red=red):
@@ -60,6 +62,13 @@ def segment_cases():
                     return torch.ops.segred.segment_reduce_backward(g, y, x, red, Lt, None, 0, True, None, "split")
                 out.append((f"sr_{name}_{dn}_{red}_fwd", fwd))
                 out.append((f"sr_{name}_{dn}_{red}_bwd", bwd))
+            # The benchmark table's calls pass offsets (bench/cuda_bench.cu), which take
+            # prepare's speculative pass instead of the lengths scan: the sum forward
+            # once more with offsets, named ..._sum_fwd_off.
+
+            def fwd_off(x=x, Ot=Ot):
+                return torch.ops.segred.segment_reduce(x, "sum", None, Ot, 0, True, None, "split")
+            out.append((f"sr_{name}_{dn}_sum_fwd_off", fwd_off))
     return out
 
 
