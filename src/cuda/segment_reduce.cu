@@ -133,6 +133,8 @@ constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block scan
 // blocks (v4 took 4): each pass over the metadata is then one dependent round of
 // loads per block instead of four.
 constexpr int64_t kPrepItemsPerBlock = kPrepTile;        // target metadata items per scan block
+constexpr int kPrepWarps = kPrepBlock / 32;
+constexpr int kPrepSteps = 4;  // warp steps of 32 items whose loads are in flight together (phases 1-2)
 
 template <class Idx>
 struct PrepArgs {
@@ -154,6 +156,7 @@ template <class Idx>
 __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
   using BlockScan = cub::BlockScan<KV, kPrepBlock>;
   __shared__ typename BlockScan::TempStorage tmp;
+  __shared__ KV s_wagg[kPrepWarps];  // phase 1's warp aggregates, read again in phase 2
   const ScanOp op{a.L, a.lengths};
   const KV empty{-1, 0};
   const int tid = int(threadIdx.x);
@@ -230,18 +233,72 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
     need_scan = __syncthreads_or(any) != 0;  // the same in every block
   }
   if (need_scan) {
-    // 1. aggregates
+    // Phases 1-2 walk the block's range as 8 contiguous warp ranges, 32 items per
+    // warp step (lane l on item base + l: coalesced loads and q stores), a 5-step
+    // shuffle scan per step and the warp's running prefix carried from step to
+    // step, kPrepSteps steps' loads in flight: no block barrier inside the walk.
+    // (v6 scanned 1024-item block tiles with cub::BlockScan of 16-byte pairs:
+    // 8 dependent rounds per phase on 2M lengths, two barriers each, 40% of
+    // prepare's stall samples at those barriers and 9.2k instructions per warp;
+    // ncu source counters, session 8.) The warp aggregates of phase 1 stay in
+    // shared memory for phase 2's prefixes (the same block runs both phases).
+    const int lane = tid & 31, wid = tid >> 5;
+    const int64_t wper = per > 0 ? (per + kPrepWarps - 1) / kPrepWarps : 0;
+    const int64_t wlo = lo + wid * wper;
+    const int64_t whi = wlo + wper < hi ? wlo + wper : hi;  // wlo >= whi: an empty warp range
+    auto warp_scan = [&](KV x) {  // inclusive, in lane order
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const KV y{__shfl_up_sync(0xffffffffu, x.k, off), __shfl_up_sync(0xffffffffu, x.v, off)};
+        if (lane >= off) x = op(y, x);
+      }
+      return x;
+    };
+    // f(inclusive scan value, the item's row, its column, real item, the step's aggregate)
+    // per lane and step, in step order.
+    auto walk = [&](auto&& f) {
+      for (int64_t base = wlo; base < whi; base += 32 * kPrepSteps) {
+        const int64_t idx0 = base + lane;
+        int64_t r = 0, c = idx0;  // one row: no division
+        if (a.outer > 1) {
+          r = idx0 / a.k;
+          c = idx0 - r * a.k;
+        }
+        KV x[kPrepSteps];
+        int64_t rs[kPrepSteps], cs[kPrepSteps];
+#pragma unroll
+        for (int st = 0; st < kPrepSteps; ++st) {
+          rs[st] = r;
+          cs[st] = c;
+          x[st] = idx0 + 32 * st < whi ? KV{r, clampv(a.m.read(r, c))} : empty;
+          c += 32;
+          if (c >= a.k && a.outer > 1) {  // one row: c never reaches k inside the range
+            r += c / a.k;
+            c %= a.k;
+          }
+        }
+#pragma unroll
+        for (int st = 0; st < kPrepSteps; ++st) {
+          const KV inc = warp_scan(x[st]);
+          const KV agg{__shfl_sync(0xffffffffu, inc.k, 31), __shfl_sync(0xffffffffu, inc.v, 31)};
+          f(inc, rs[st], cs[st], x[st].k >= 0, agg);
+        }
+      }
+    };
+    // 1. aggregates: warps into s_wagg, the block's into agg[b]
     if (scanning) {
       KV run = empty;
-      for (int64_t base = lo; base < hi; base += kPrepTile) {
-        KV x[kPrepIpt];
-        load(base, x);
-        run = op(run, scan(x));
+      walk([&](const KV&, int64_t, int64_t, bool, const KV& agg) { run = op(run, agg); });
+      if (lane == 0) s_wagg[wid] = run;
+      __syncthreads();
+      if (tid == 0) {
+        KV t = empty;
+        for (int w2 = 0; w2 < kPrepWarps; ++w2) t = op(t, s_wagg[w2]);
+        a.agg[b] = t;
       }
-      if (tid == 0) a.agg[b] = run;
     }
     grid.sync();
-    // 2. scan with the earlier blocks' prefix, written into q
+    // 2. scan with the earlier blocks' and warps' prefix, written into q
     if (scanning) {
       KV pre = empty;
       for (int64_t j0 = 0; j0 < b; j0 += kPrepTile) {
@@ -253,20 +310,14 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
         }
         pre = op(pre, scan(x));
       }
-      for (int64_t base = lo; base < hi; base += kPrepTile) {
-        KV x[kPrepIpt];
-        load(base, x);
-        const KV t = scan(x);
-#pragma unroll
-        for (int i = 0; i < kPrepIpt; ++i) {
-          const int64_t idx = base + tid * kPrepIpt + i;
-          if (idx < hi) {
-            const KV y = op(pre, x[i]);  // y.k = this item's row
-            a.q[lead + y.k * (a.S + 1) + (idx - y.k * a.k)] = Idx(y.k * a.L + y.v);
-          }
+      for (int w2 = 0; w2 < wid; ++w2) pre = op(pre, s_wagg[w2]);
+      walk([&](const KV& inc, int64_t r, int64_t c, bool real, const KV& agg) {
+        if (real) {
+          const KV y = op(pre, inc);  // y.k = r, this item's row
+          a.q[lead + r * (a.S + 1) + c] = Idx(y.k * a.L + y.v);
         }
-        pre = op(pre, t);
-      }
+        pre = op(pre, agg);
+      });
     }
     if (a.W < 0) return;  // uniform over the grid: no grid.sync follows
     grid.sync();

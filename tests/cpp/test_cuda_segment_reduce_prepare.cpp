@@ -219,6 +219,40 @@ TEST(CudaSegmentReducePrepare, BatchedAxisOne) {
     }
 }
 
+// Session 8: phases 1-2 walk each scan block's range as 8 warp ranges in steps of
+// 32 items. Short batched rows put several row edges inside every step (k = 1, 3,
+// 31, 32, 33 metadata entries per row), warp ranges start and end mid-row, and
+// some warps of the last block have no items; lengths rows with negative and
+// huge entries (unsafe: clamped, saturating) as well.
+TEST(CudaSegmentReducePrepare, ShortBatchedRowsInsideWarpSteps) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int64_t S : {int64_t(1), int64_t(3), int64_t(31), int64_t(32), int64_t(33)}) {
+    const int64_t R = 9000 / S + 37;  // thousands of items: several scan blocks and warp steps
+    const int64_t L = 3 * S + 5;
+    Meta lm{{}, {R, S}, true}, om{{}, {R, S + 1}, false}, um{{}, {R, S}, true};
+    for (int64_t r = 0; r < R; ++r) {
+      int64_t o = int64_t(rng() % 3), rest = L;
+      om.v.push_back(o);
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t l = i + 1 == S ? rest : std::min<int64_t>(rest, int64_t(rng() % 5));
+        rest -= l;
+        lm.v.push_back(l);  // rows sum to L
+        om.v.push_back(o = std::min(o + int64_t(rng() % 5), L));
+        um.v.push_back(rng() % 11 == 0 ? -3 : (rng() % 13 == 0 ? L + 100 : int64_t(rng() % 5)));
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << "S " << S << " rows " << R);
+    for (DType it : kIndexTypes) {
+      expect_prepare({R, L}, 1, DType::Float32, lm, it, false);
+      expect_prepare({R, L}, 1, DType::BFloat16, om, it, true);
+      expect_prepare({R, L, 2}, 1, DType::Float32, um, it, true);
+    }
+  }
+}
+
 // One huge segment beside 1M segments of 1 (first or last): many merge tiles
 // inside one segment, ~1000 scan tiles of look-back.
 TEST(CudaSegmentReducePrepare, HugeSegmentBesideOneMillionOnes) {
