@@ -38,7 +38,6 @@
 // same q, so the result is deterministic.
 #include <cooperative_groups.h>
 
-#include <cub/block/block_scan.cuh>
 #include <vector>
 
 #include "src/core/segment_geometry.h"
@@ -97,12 +96,22 @@ struct MetaReader {
   Strided st;
   __host__ __device__ int64_t read(int64_t r, int64_t c) const {
     int64_t off = c * st.strides[st.nd - 1];
+    if (st.nd > 1) off += row_offset(r);
+    return i32 ? int64_t(static_cast<const int32_t*>(p)[off]) : static_cast<const int64_t*>(p)[off];
+  }
+  // Batched metadata: the offset of row r of the leading dims. Rolled, and only
+  // for nd > 1: unrolled at every read it put ~2 x 8 64-bit divisions of code per
+  // read site into prepare, most of its 160 KB of SASS, which one scanning block
+  // runs cold while the grid waits (session 8, bench/NOTES.md).
+  __host__ __device__ int64_t row_offset(int64_t r) const {
+    int64_t off = 0;
+#pragma unroll 1
     for (int d = st.nd - 2; d >= 0; --d) {
       const int64_t i = r % st.sizes[d];
       r /= st.sizes[d];
       off += i * st.strides[d];
     }
-    return i32 ? int64_t(static_cast<const int32_t*>(p)[off]) : static_cast<const int64_t*>(p)[off];
+    return off;
   }
 };
 
@@ -127,8 +136,8 @@ struct ScanOp {
 };
 
 constexpr int kPrepBlock = 256;
-constexpr int kPrepIpt = 4;                              // items per thread per block scan
-constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block scan
+constexpr int kPrepIpt = 4;                              // items per thread per round of phase 0
+constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block and round of phase 0
 // One block-scan tile per scan block wherever the cooperative grid holds enough
 // blocks (v4 took 4): each pass over the metadata is then one dependent round of
 // loads per block instead of four.
@@ -154,9 +163,7 @@ struct PrepArgs {
 
 template <class Idx>
 __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
-  using BlockScan = cub::BlockScan<KV, kPrepBlock>;
-  __shared__ typename BlockScan::TempStorage tmp;
-  __shared__ KV s_wagg[kPrepWarps];  // phase 1's warp aggregates, read again in phase 2
+  __shared__ KV s_wagg[kPrepWarps];  // pass 0's warp aggregates, read again in pass 1
   const ScanOp op{a.L, a.lengths};
   const KV empty{-1, 0};
   const int tid = int(threadIdx.x);
@@ -185,12 +192,6 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
         ++r;
       }
     }
-  };
-  auto scan = [&](KV (&x)[kPrepIpt]) {  // in place; returns the tile's aggregate
-    KV agg;
-    BlockScan(tmp).InclusiveScan(x, x, op, agg);
-    __syncthreads();  // tmp is reused
-    return agg;
   };
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
   // Entries no scan writes: q[0], q[U], the lengths rows' leading 0, the counter.
@@ -233,94 +234,92 @@ __global__ void __launch_bounds__(kPrepBlock) prepare(PrepArgs<Idx> a) {
     need_scan = __syncthreads_or(any) != 0;  // the same in every block
   }
   if (need_scan) {
-    // Phases 1-2 walk the block's range as 8 contiguous warp ranges, 32 items per
-    // warp step (lane l on item base + l: coalesced loads and q stores), a 5-step
-    // shuffle scan per step and the warp's running prefix carried from step to
-    // step, kPrepSteps steps' loads in flight: no block barrier inside the walk.
-    // (v6 scanned 1024-item block tiles with cub::BlockScan of 16-byte pairs:
-    // 8 dependent rounds per phase on 2M lengths, two barriers each, 40% of
-    // prepare's stall samples at those barriers and 9.2k instructions per warp;
-    // ncu source counters, session 8.) The warp aggregates of phase 1 stay in
-    // shared memory for phase 2's prefixes (the same block runs both phases).
+    // Phases 1-2 are two passes of one loop over the block's range, cut into 8
+    // contiguous warp ranges and walked in steps of 32 items (lane l on item
+    // base + l: coalesced loads and q stores), kPrepSteps steps' loads in flight,
+    // a 5-step shuffle scan per step, the warp's running prefix carried from step
+    // to step: no block barrier inside the walk. Pass 0 leaves the warp
+    // aggregates in s_wagg and the block's in agg[b]; pass 1 starts each warp
+    // from the earlier blocks' and warps' aggregates and writes q.
+    // Why this shape (ncu source counters, session 8, bench/NOTES.md): v6 scanned
+    // 1024-item block tiles with cub::BlockScan of 16-byte pairs (8 dependent
+    // rounds per phase on 2M lengths, two barriers each); and with few lengths the
+    // call's cost is one block running cold code while the grid waits at the
+    // grid.sync (instruction-cache misses: 12k SASS lines, each phase its own
+    // inlined copy), so the walk is written once, compact, and run twice.
     const int lane = tid & 31, wid = tid >> 5;
     const int64_t wper = per > 0 ? (per + kPrepWarps - 1) / kPrepWarps : 0;
     const int64_t wlo = lo + wid * wper;
     const int64_t whi = wlo + wper < hi ? wlo + wper : hi;  // wlo >= whi: an empty warp range
-    auto warp_scan = [&](KV x) {  // inclusive, in lane order
+    auto warp_scan = [&](KV x) {  // inclusive, in lane order; no divergent branch around the shuffles
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
         const KV y{__shfl_up_sync(0xffffffffu, x.k, off), __shfl_up_sync(0xffffffffu, x.v, off)};
-        if (lane >= off) x = op(y, x);
+        const KV z = op(y, x);
+        x.k = lane >= off ? z.k : x.k;
+        x.v = lane >= off ? z.v : x.v;
       }
       return x;
     };
-    // f(inclusive scan value, the item's row, its column, real item, the step's aggregate)
-    // per lane and step, in step order.
-    auto walk = [&](auto&& f) {
-      for (int64_t base = wlo; base < whi; base += 32 * kPrepSteps) {
-        const int64_t idx0 = base + lane;
-        int64_t r = 0, c = idx0;  // one row: no division
-        if (a.outer > 1) {
-          r = idx0 / a.k;
-          c = idx0 - r * a.k;
+    auto last = [&](const KV& x) { return KV{__shfl_sync(0xffffffffu, x.k, 31), __shfl_sync(0xffffffffu, x.v, 31)}; };
+#pragma unroll 1
+    for (int pass = 0; pass < 2; ++pass) {
+      if (scanning) {
+        KV pre = empty;  // pass 0: the warp's aggregate so far; pass 1: the prefix of the next item
+        if (pass == 1) {
+#pragma unroll 1
+          for (int64_t j0 = 0; j0 < b; j0 += 32) {
+            const int64_t j = j0 + lane;
+            pre = op(pre, last(warp_scan(j < b ? KV{__ldcg(&a.agg[j].k), __ldcg(&a.agg[j].v)} : empty)));
+          }
+          for (int w2 = 0; w2 < wid; ++w2) pre = op(pre, s_wagg[w2]);
         }
-        KV x[kPrepSteps];
-        int64_t rs[kPrepSteps], cs[kPrepSteps];
+#pragma unroll 1
+        for (int64_t base = wlo; base < whi; base += 32 * kPrepSteps) {
+          const int64_t idx0 = base + lane;
+          int64_t r = 0, c = idx0;  // one row: no division
+          if (a.outer > 1) {
+            r = idx0 / a.k;
+            c = idx0 - r * a.k;
+          }
+          KV x[kPrepSteps];
+          int64_t cs[kPrepSteps];
 #pragma unroll
-        for (int st = 0; st < kPrepSteps; ++st) {
-          rs[st] = r;
-          cs[st] = c;
-          x[st] = idx0 + 32 * st < whi ? KV{r, clampv(a.m.read(r, c))} : empty;
-          c += 32;
-          if (c >= a.k && a.outer > 1) {  // one row: c never reaches k inside the range
-            r += c / a.k;
-            c %= a.k;
+          for (int st = 0; st < kPrepSteps; ++st) {
+            cs[st] = c;
+            x[st] = idx0 + 32 * st < whi ? KV{r, clampv(a.m.read(r, c))} : empty;
+            c += 32;
+            if (a.outer > 1)  // one row: c never reaches k inside the range
+              while (c >= a.k) {  // at most once for rows of >= 32 entries; no division inlined per step
+                c -= a.k;
+                ++r;
+              }
+          }
+#pragma unroll
+          for (int st = 0; st < kPrepSteps; ++st) {
+            const KV inc = warp_scan(x[st]);
+            if (pass == 1 && x[st].k >= 0) {
+              const KV y = op(pre, inc);  // y.k = x[st].k, this item's row
+              a.q[lead + y.k * (a.S + 1) + cs[st]] = Idx(y.k * a.L + y.v);
+            }
+            pre = op(pre, last(inc));
           }
         }
-#pragma unroll
-        for (int st = 0; st < kPrepSteps; ++st) {
-          const KV inc = warp_scan(x[st]);
-          const KV agg{__shfl_sync(0xffffffffu, inc.k, 31), __shfl_sync(0xffffffffu, inc.v, 31)};
-          f(inc, rs[st], cs[st], x[st].k >= 0, agg);
+        if (pass == 0) {
+          if (lane == 0) s_wagg[wid] = pre;
+          __syncthreads();
+          if (tid == 0) {
+            KV t = empty;
+            for (int w2 = 0; w2 < kPrepWarps; ++w2) t = op(t, s_wagg[w2]);
+            a.agg[b] = t;
+          }
         }
       }
-    };
-    // 1. aggregates: warps into s_wagg, the block's into agg[b]
-    if (scanning) {
-      KV run = empty;
-      walk([&](const KV&, int64_t, int64_t, bool, const KV& agg) { run = op(run, agg); });
-      if (lane == 0) s_wagg[wid] = run;
-      __syncthreads();
-      if (tid == 0) {
-        KV t = empty;
-        for (int w2 = 0; w2 < kPrepWarps; ++w2) t = op(t, s_wagg[w2]);
-        a.agg[b] = t;
-      }
+      if (pass == 1 && a.W < 0) return;  // uniform over the grid: no grid.sync follows
+      // Between the passes only agg[] crosses blocks: one scanning block needs its
+      // own __syncthreads (above) and no grid.sync (nscan is the same everywhere).
+      if (pass == 1 || nscan > 1) grid.sync();
     }
-    grid.sync();
-    // 2. scan with the earlier blocks' and warps' prefix, written into q
-    if (scanning) {
-      KV pre = empty;
-      for (int64_t j0 = 0; j0 < b; j0 += kPrepTile) {
-        KV x[kPrepIpt];
-#pragma unroll
-        for (int i = 0; i < kPrepIpt; ++i) {
-          const int64_t j = j0 + tid * kPrepIpt + i;
-          x[i] = j < b ? KV{__ldcg(&a.agg[j].k), __ldcg(&a.agg[j].v)} : empty;
-        }
-        pre = op(pre, scan(x));
-      }
-      for (int w2 = 0; w2 < wid; ++w2) pre = op(pre, s_wagg[w2]);
-      walk([&](const KV& inc, int64_t r, int64_t c, bool real, const KV& agg) {
-        if (real) {
-          const KV y = op(pre, inc);  // y.k = r, this item's row
-          a.q[lead + r * (a.S + 1) + c] = Idx(y.k * a.L + y.v);
-        }
-        pre = op(pre, agg);
-      });
-    }
-    if (a.W < 0) return;  // uniform over the grid: no grid.sync follows
-    grid.sync();
   } else if (a.W < 0) {
     return;
   }
