@@ -377,6 +377,155 @@ TEST_P(SegmentReduceIsa, FlatSumOrderIsTheLaneContractEveryBuild) {
   }
 }
 
+// sr_flat_block picks the vector form per group of kVF segments: lengths that look
+// uniform (span and half span m and m/2 times the first length, the group in one row)
+// take the loop, the others the count-masked tiers (up to 4 kVF). Both must give the
+// lane contract's bits: runs of one length n (every n around kVF, 2 kVF, 4 kVF of
+// every build: whole uniform groups and partial ones), runs of n - 1 / n + 1
+// alternating (equal spans, unequal lengths: the check says uniform), a run of n with
+// one n + 1 in its middle, random lengths between, two rows of offsets (groups
+// crossing the row end), sum / mean against the emulated order, max / min / sum with
+// NaN and infinities against each segment alone, every build.
+TEST_P(SegmentReduceIsa, UniformAndMixedLengthGroupsEveryBuild) {
+  const DType t = GetParam();
+  if (t == DType::Float64) GTEST_SKIP() << "float64 keeps the scalar-order loops";
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> any_len(0, 72);
+  std::vector<int64_t> lens;
+  for (int64_t n : {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 72}) {
+    for (int k = 0; k < 37; ++k) lens.push_back(n);
+    if (n > 0)
+      for (int k = 0; k < 20; ++k) lens.push_back(k % 2 ? n + 1 : n - 1);
+    for (int k = 0; k < 17; ++k) lens.push_back(k == 8 ? n + 1 : n);
+    for (int k = 0; k < 11; ++k) lens.push_back(any_len(rng));
+  }
+  lens.push_back(3);
+  const int64_t L = sum_of(lens), S = int64_t(lens.size());
+  std::uniform_real_distribution<double> u(1.0, 2.0);
+  std::uniform_int_distribution<int> e(t == DType::BFloat16 ? -30 : t == DType::Float16 ? -14 : -12,
+                                       t == DType::BFloat16 ? 30 : t == DType::Float16 ? 10 : 12);
+  std::vector<double> xd(static_cast<size_t>(2 * L));
+  for (auto& v : xd) v = ((rng() & 1) ? 1.0 : -1.0) * std::ldexp(u(rng), e(rng));
+  xd = rounded(t, xd);
+  const std::vector<float> xf(xd.begin(), xd.end());
+  std::vector<double> xs = xd;  // with specials, for the alone comparison
+  std::uniform_int_distribution<int64_t> pos(0, 2 * L - 1);
+  for (double special : {kNaN, kInf, -kInf})
+    for (int k = 0; k < 40; ++k) xs[size_t(pos(rng))] = special;
+  std::vector<int64_t> meta = lens;
+  meta.insert(meta.end(), lens.begin(), lens.end());
+  const Tensor mt = make_index(meta, Shape{2, S}, DType::Int64);
+  IsaScope restore;
+  for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
+    SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
+    cpu::softmax_isa_cap() = isa;
+    const int kvf = isa == 0 ? 4 : isa == 1 ? 8 : 16;
+    for (int special = 0; special < 2; ++special) {
+      const Tensor xt = make_tensor(special ? xs : xd, Shape{2, L}, t);
+      for (const char* r : {"sum", "mean", "max", "min"}) {
+        const bool order = !special && (std::string(r) == "sum" || std::string(r) == "mean");
+        for (int ini = 0; ini < 2; ++ini) {
+          Segments seg;
+          seg.lengths = mt.view();
+          seg.axis = 1;
+          if (ini == 1) seg.initial = 2.5;
+          const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
+          ASSERT_EQ(out.numel(), 2 * S);
+          const size_t es = size_t(dtype_size(t));
+          for (int64_t i = 0, b = 0; i < 2 * S; ++i) {
+            if (i == S) b = L;
+            const int64_t n = meta[size_t(i)];
+            if (order) {
+              const bool mean = std::string(r) == "mean";
+              const float start = ini ? 2.5f : 0.0f;
+              float v = start + emulated_flat_sum(xf, b, n, kvf);
+              if (n == 0) v = mean ? (ini ? start : std::numeric_limits<float>::quiet_NaN()) : start;
+              else if (mean) v = v / float(n);
+              const double want = round_to(t, double(v)), got = load_value(t, out.data(), i);
+              ASSERT_TRUE(same_value(want, got) && std::signbit(want) == std::signbit(got))
+                  << r << " segment " << i << " of length " << n << ", initial " << ini << ": " << got << " vs "
+                  << want;
+            } else if (std::string(r) != "mean") {
+              const std::vector<double>& src = special ? xs : xd;
+              std::vector<double> xi(src.begin() + b, src.begin() + b + n);
+              const Tensor one = make_tensor(xi, Shape{n}, t);
+              const Tensor ml = make_index({n}, Shape{1}, DType::Int64);
+              Segments s1;
+              s1.lengths = ml.view();
+              s1.initial = seg.initial;
+              const Tensor o1 = segment_reduce(one, parse_reduce(r), s1);
+              const bool eq = std::memcmp(static_cast<const char*>(out.data()) + size_t(i) * es, o1.data(), es) == 0;
+              // (a sum of two NaNs may differ in the NaN's sign: SEMANTICS.md fixes no NaN bits)
+              const double got = load_value(t, out.data(), i), alone = load_value(t, o1.data(), 0);
+              ASSERT_TRUE(eq || (std::isnan(got) && std::isnan(alone)))
+                  << r << " segment " << i << " of length " << n << ", initial " << ini << ": " << got
+                  << " vs alone " << alone;
+            }
+            b += n;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows made of one length only: every group of kVF segments takes the uniform form,
+// and groups end exactly at a row's end (S a multiple of kVF) or run across it (S =
+// 37: the check sends those to the tiers), in batched rows; each output bit for bit
+// that of the segment alone, sum / mean / max / min with NaN and infinities, every build;
+// also uniform groups of long segments (reduced as empty there, then by phase 2).
+TEST_P(SegmentReduceIsa, UniformRowsEndingAtGroupBoundariesEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  IsaScope restore;
+  for (int64_t S : {16, 48, 37})
+    for (int64_t n : {0, 1, 15, 16, 17, 31, 32, 33, 64, 65, 72, 65537}) {
+      if (n == 65537 && S != 16) continue;  // a uniform group of long segments (phase 2's: > Plan.chunk)
+      const int64_t rows = n > 1000 ? 1 : 3, L = S * n;
+      SCOPED_TRACE(::testing::Message() << "S " << S << ", n " << n);
+      for (const char* r : {"sum", "mean", "max", "min"}) {
+        std::vector<double> x = random_data(rng, std::max<int64_t>(1, rows * L), r, t);
+        x.resize(size_t(rows * L));
+        if (!x.empty()) {
+          std::uniform_int_distribution<int64_t> pos(0, rows * L - 1);
+          for (double special : {kNaN, kInf, -kInf})
+            for (int k = 0; k < 3; ++k) x[size_t(pos(rng))] = special;
+        }
+        x = rounded(t, x);
+        const Tensor xt = make_tensor(x, Shape{rows, L}, t);
+        const Tensor mt = make_index(std::vector<int64_t>(size_t(rows * S), n), Shape{rows, S}, DType::Int64);
+        Segments seg;
+        seg.lengths = mt.view();
+        seg.axis = 1;
+        for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
+          SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
+          cpu::softmax_isa_cap() = isa;
+          const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
+          ASSERT_EQ(out.numel(), rows * S);
+          const size_t es = size_t(dtype_size(t));
+          for (int64_t i = 0; i < rows * S; ++i) {
+            if (n > 1000 && i % 5 != 0) continue;  // (long ones: a few; each alone call wakes the threads)
+            const int64_t b = i * n;  // rows * S segments of n back to back
+            std::vector<double> xi(x.begin() + b, x.begin() + b + n);
+            const Tensor one = make_tensor(xi, Shape{n}, t);
+            const Tensor ml = make_index({n}, Shape{1}, DType::Int64);
+            Segments s1;
+            s1.lengths = ml.view();
+            const Tensor o1 = segment_reduce(one, parse_reduce(r), s1);
+            const double got = load_value(t, out.data(), i), alone = load_value(t, o1.data(), 0);
+            const bool eq = std::memcmp(static_cast<const char*>(out.data()) + size_t(i) * es, o1.data(), es) == 0;
+            ASSERT_TRUE(eq || (std::isnan(got) && std::isnan(alone)))
+                << r << " segment " << i << ": " << got << " vs alone " << alone;
+          }
+        }
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceIsa, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
