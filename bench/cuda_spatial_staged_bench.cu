@@ -63,10 +63,16 @@ int main(int argc, char** argv) {
     const char* name;
     int64_t bytes;
     int min_d, row_fwd, row_bwd;
+    int vec16 = 0;  // session 8: SoftmaxTestCaps::stage_vec16_fwd (0: the rule, 4 / 8: forced)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
-  std::vector<Mode> modes = {{"register", 0, 0, 32, 128}, {"default", 64 << 10, 0, 32, 128}};
+  // Session 8: the 16-bit staged forward at V = 4 and at V = 8 (the rule picks per
+  // shape; inner % 8 == 0 for V = 8), for the A/B of bench/notes-s8-cuda-softmax.md.
+  std::vector<Mode> modes = {{"register", 0, 0, 32, 128},
+                             {"default", 64 << 10, 0, 32, 128},
+                             {"fwdvec4", 64 << 10, 0, 32, 128, 4},
+                             {"fwdvec8", 64 << 10, 0, 32, 128, 8}};
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -93,6 +99,7 @@ int main(int argc, char** argv) {
         caps.stage_min_d = m.min_d;
         caps.stage_min_row_fwd = m.row_fwd;
         caps.stage_min_row_bwd = m.row_bwd;
+        caps.stage_vec16_fwd = m.vec16;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -129,8 +136,8 @@ int main(int argc, char** argv) {
         const double fb = 2.0 * double(n * es), bb = 3.0 * double(n * es);
         const double fpct = 100.0 * (fb / (copy_gbs * 1e9)) / (fms * 1e-3);
         const double bpct = 100.0 * (bb / (copy_gbs * 1e9)) / (bms * 1e-3);
-        std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% [%s st%d tx%d ty%d c%d k%d] diff %.3g | bwd %7.4f ms %5.1f%% [%s st%d tx%d ty%d c%d k%d] diff %.3g\n",
-                    c.name, dt.name, m.name, fms, fpct, path_f.c_str(), int(gf.staged), gf.tx, gf.ty, gf.cluster,
+        std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% [%s st%d v%d tx%d ty%d c%d k%d] diff %.3g | bwd %7.4f ms %5.1f%% [%s st%d tx%d ty%d c%d k%d] diff %.3g\n",
+                    c.name, dt.name, m.name, fms, fpct, path_f.c_str(), int(gf.staged), gf.vec, gf.tx, gf.ty, gf.cluster,
                     gf.krows, double(df), bms, bpct, path_b.c_str(), int(gb.staged), gb.tx, gb.ty, gb.cluster, gb.krows,
                     double(db));
         std::fflush(stdout);
@@ -139,6 +146,7 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().stage_min_d = 0;
       detail::softmax_test_caps().stage_min_row_fwd = 32;
       detail::softmax_test_caps().stage_min_row_bwd = 128;
+      detail::softmax_test_caps().stage_vec16_fwd = 0;
     }
   return 0;
 }

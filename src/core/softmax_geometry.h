@@ -57,7 +57,9 @@
 //     16 blocks. bwd (128-byte rows of g and y do not fit 16 ranks): register
 //     path, V=4, E=4, tx=2 (8 columns), ty=256, cluster=8, resident.
 //   [32, 1000, 4096] fp32 dim 1: staged, tx=8, ty=32, fwd cluster 2 (krows 16),
-//     bwd cluster 4 (krows 8).
+//     bwd cluster 4 (krows 8). 16-bit fwd (session 8): V=8 (16-byte vectors), tx=8,
+//     ty=32, cluster 2, krows 16 (64 KB blocks: softmax_staged_vec_elems); [8192,
+//     8192] 16-bit fwd likewise V=8, tx=8, ty=32, cluster 16, krows 16.
 //   [262144, 128] dim -1: lastdim_warp, EV=16 (short rows) in every 2- and 4-byte
 //     dtype and direction: 8 lanes per row, 32 rows per 256-thread block.
 //   [8, 4, 2^24] dim 1: spatial, E=4 (D <= 4: fp32 V=4 EV=16, 16-bit V=4 EV=16),
@@ -173,6 +175,19 @@ constexpr int softmax_pick_elems_per_thread(SoftmaxKernel k, int es, bool fwd, i
   return D <= reach ? sh : softmax_elems_per_thread(k, es, fwd, vec);
 }
 
+// Session 8: the staged kernel's vector width for (element size, direction): the
+// 16-bit forward also runs at 16-byte vectors (V = 8: half the cp.async, shared
+// loads, global stores and address arithmetic per element of V = 4; the staged
+// data has no register cost, only the per-column statistics, 8 slots), everything
+// else at the spatial width (softmax_vec_elems). Taken when inner % 8 == 0 and the
+// block's shared memory already caps the SM at <= 4 blocks (kSoftmaxStageWideMinSmem:
+// the V = 8 kernel takes ~64 registers, so 4 blocks of 256 threads per SM, where
+// V = 4 takes 40: 6), see softmax_geometry (bench/notes-s8-cuda-softmax.md).
+constexpr int softmax_staged_vec_elems(int es, bool fwd) {
+  return (fwd && es == 2) ? 8 : softmax_vec_elems(SoftmaxKernel::Spatial, es);
+}
+constexpr int64_t kSoftmaxStageWideMinSmem = int64_t(44) << 10;
+
 constexpr int64_t kSoftmaxIndexSlack = int64_t(1) << 20;
 constexpr int64_t kSoftmaxStageFwdMinD = 256;  // staged spatial: columns of at least this many rows (fwd)
 constexpr int64_t kSoftmaxStageBwdMinD = 64;   // (bwd)
@@ -206,6 +221,9 @@ struct SoftmaxTestCaps {
   std::atomic<int> stage_min_d{0};  // > 0: stage every column with D >= this (both directions)
   std::atomic<int> stage_min_row_fwd{32};   // narrowest staged row segment, bytes (fwd)
   std::atomic<int> stage_min_row_bwd{128};  // (bwd)
+  // Session 8: the 16-bit staged forward's vector width: 0 = the rule
+  // (softmax_staged_vec_elems), 4 or 8 = that width (8 only where inner % 8 == 0).
+  std::atomic<int> stage_vec16_fwd{0};
   // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
   // lastdim_block; false: the resident split they had before).
   std::atomic<bool> long_rows_streamed{true};
@@ -434,9 +452,19 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   const int stage_min_d = caps.stage_min_d.load();
   const bool stage = D >= (stage_min_d > 0 ? int64_t(stage_min_d) : fwd ? kSoftmaxStageFwdMinD : kSoftmaxStageBwdMinD);
   if (g.vec == vs && vs > 1 && es <= 4 && stage) {
-    SoftmaxGeometry s = softmax_staged_geometry(D, ncols, es, g.vec, fwd, max_threads, max_cluster, sms,
-                                                caps.stage_bytes.load(), max_clusters,
-                                                fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
+    auto staged_at = [&](int vec) {
+      return softmax_staged_geometry(D, ncols, es, vec, fwd, max_threads, max_cluster, sms, caps.stage_bytes.load(),
+                                     max_clusters, fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
+    };
+    SoftmaxGeometry s = staged_at(g.vec);
+    // Session 8: the 16-bit forward at 16-byte vectors where inner allows them and
+    // the block's shared memory leaves <= 4 blocks per SM anyway (or the test cap).
+    const int vw = softmax_staged_vec_elems(es, fwd);
+    const int force = caps.stage_vec16_fwd.load();
+    if (vw != g.vec && p.inner % vw == 0 && force != g.vec) {
+      const SoftmaxGeometry w = staged_at(vw);
+      if (w.staged && (force == vw || !s.staged || w.smem_bytes(4) > kSoftmaxStageWideMinSmem)) s = w;
+    }
     if (s.staged) {
       s.index_bits = g.index_bits;
       s.ev = g.ev;

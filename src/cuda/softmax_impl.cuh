@@ -18,7 +18,10 @@
 //   spatial_staged_kernel  spatial_staged (session 5; its own path since session
 //                   6): inner > 1, long columns: the block's slice of the column
 //                   tile staged in shared memory (cp.async), a cluster over D, no
-//                   EV (detail::softmax_staged_geometry).
+//                   EV (detail::softmax_staged_geometry). Session 8: the 16-bit
+//                   forward in staged_fwd16 (fewer instructions per element), at
+//                   V = 8 (16-byte vectors, SpatialCx::reduce_rs) where the geometry
+//                   takes them (detail::softmax_staged_vec_elems).
 //
 // The math, per row (a "row" is one (outer, inner) column of D values), with the
 // building blocks of src/ops/softmax_ops.h (shared with the CPU kernels):
@@ -92,6 +95,12 @@ struct SumOp {
 // float32 tolerance); double as exp.
 __device__ __forceinline__ float dexp(float x) { return exp2f(x * 1.4426950408889634f); }
 __device__ __forceinline__ double dexp(double x) { return ::exp(x); }
+// 2^t as ex2.approx.ftz.f32 (one MUFU.EX2).
+__device__ __forceinline__ float ex2_ftz(float t) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(t));
+  return y;
+}
 // The per-element exp of the forward for T: for 16-bit T, ex2.approx.ftz (one
 // MUFU.EX2 after the multiply; exp2f's subnormal fix-up is 3 more instructions per
 // call, and the 16-bit forward, which takes two exps per element since v4, is
@@ -102,9 +111,7 @@ __device__ __forceinline__ double dexp(double x) { return ::exp(x); }
 template <class T>
 __device__ __forceinline__ dacc_t<T> dexp_elem(dacc_t<T> x) {
   if constexpr (sizeof(T) == 2) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
-    return y;
+    return ex2_ftz(x * 1.4426950408889634f);
   } else {
     return dexp(x);
   }
@@ -698,6 +705,75 @@ struct SpatialCx {
 #pragma unroll
     for (int i = 0; i < V; ++i) x[i] = comb[i * TX + txi];
   }
+  // One reduce-scatter step of reduce_rs at lane offset Off (>= TX: lanes of one
+  // column), H = half the slots held; then the next step at Off / 2.
+  template <int H, int Off, class R, class Op>
+  __device__ __forceinline__ void rs_step(R (&x)[V], Op op, int lane, int& base) const {
+    if constexpr (H >= 1 && Off >= 1) {
+      if (Off < TX) return;
+      const bool hi = (lane & Off) != 0;
+#pragma unroll
+      for (int j = 0; j < H; ++j) {
+        const R keep = hi ? x[j + H] : x[j];
+        const R send = hi ? x[j] : x[j + H];
+        x[j] = op(keep, shfl_xor(send, Off));
+      }
+      base += hi ? H : 0;
+      rs_step<H / 2, Off / 2>(x, op, lane, base);
+    }
+  }
+  // reduce() with a reduce-scatter in place of the butterfly (session 8, the 16-bit
+  // staged forward at V = 8, TX = 8: the butterfly takes log2(32 / TX) = 2 steps
+  // of V merges each, 16 per thread, while a reduce-scatter halves the slots a
+  // lane merges at each step: 4 + 2). Needs V * TX >= 32 (every lane ends with
+  // V * TX / 32 whole slots of one column: lane bits `off` >= TX pick the upper
+  // or lower half at each step); otherwise, for TX >= 32 and for one-warp blocks
+  // (no scratch: SoftmaxGeometry::stage_offset), reduce(). Then the same
+  // shared-memory and cluster stages as reduce(). Fixed order: results depend
+  // only on the geometry.
+  template <class R, class Op> __device__ __forceinline__ void reduce_rs(R (&x)[V], Op op) const {
+    if (TX >= 32 || V * TX < 32 || TX * TY <= 32) {
+      reduce<R>(x, op);
+      return;
+    }
+    const int lin = tyi * TX + txi;
+    const int lane = lin % 32;
+    const int cols = TX * V;
+    int base = 0;  // first slot this lane holds (its slots: base .. base + width - 1)
+    // Step s halves the held slots (V >> s) at offset 16 >> s while it is >= TX.
+    rs_step<V / 2, 16>(x, op, lane, base);
+    const int width = V * TX / 32;
+    const int G = TX * TY / 32;  // warps
+    R* sm = reinterpret_cast<R*>(dyn_smem());
+    R* fin = sm + G * cols;
+    R* comb = fin + cols;
+    {
+      const int gid = lin / 32;
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        if (j < width) sm[gid * cols + (base + j) * TX + txi] = x[j];
+    }
+    __syncthreads();
+    for (int q = lin; q < cols; q += TX * TY) {
+      R t = sm[q];
+#pragma unroll 8
+      for (int g = 1; g < G; ++g) t = op(t, sm[g * cols + q]);
+      fin[q] = t;
+    }
+    __syncthreads();
+    if (C == 1) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = fin[i * TX + txi];
+      __syncthreads();  // fin is read before the next reduction rewrites it
+      return;
+    }
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    for (int q = lin; q < cols; q += TX * TY) comb[q] = cluster_gather(fin + q, C, op);
+    cl.sync();
+#pragma unroll
+    for (int i = 0; i < V; ++i) x[i] = comb[i * TX + txi];
+  }
 };
 
 template <class T, class I, bool Fwd, bool Log, int V, int EV>
@@ -748,6 +824,121 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src) {
   }
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Words of one staged vector of V 16-bit elements (V even): word q holds elements
+// 2q (low half) and 2q + 1.
+template <int V> struct alignas(2 * V) Words16 {
+  uint32_t q[V / 2];
+};
+
+// The staged forward of a 16-bit column slice (session 8; bench/notes-s8-cuda-softmax.md).
+// Same statistics and epilogue rules as the generic staged forward (fwd_body's
+// resident path), fewer instructions per element:
+//   max: packed pairs (__hmax2_nan: exact, NaN wins), widened once per slot.
+//   sum: e = 2^(x*log2e + nb) with nb = RN(-sb*log2e), one FFMA instead of a
+//     subtraction and a multiply. fma(x, log2e, nb) is (x - sb)*log2e + dd exactly
+//     before its one rounding, dd = sb*log2e + nb (the rounding error of nb, exactly
+//     fma(sb, log2e, nb)), so every e of the slot carries the same factor 2^dd and
+//     s * 2^-dd is the sum against sb (|dd| <= 2^-24 |sb log2e|; for |sb| <= 2^16,
+//     |dd| < 2^-7: no term over- or underflows because of it). Larger |sb|
+//     (bfloat16 only; NaN and +inf too) take the generic loop.
+//   write (softmax): y = 2^((x - M)*log2e - log2 S) with the column's merged (M, S):
+//     one FADD, one FFMA, the exp; no per-thread factor exp(mt - M) / S (one
+//     division and one exp per slot) and no multiply per element. -log2 S is NaN
+//     unless M is finite (the NaN rule; S >= 1 otherwise). Error: the FFMA rounds
+//     once, |t| 2^-24 (t the exponent, >= -25 for a nonzero 16-bit y), lg2.approx's
+//     2^-22 absolute: under 2e-6 relative, against 2^-11 (float16) and 2^-8
+//     (bfloat16) for the final rounding.
+//   write (log_softmax): (x - M) - log S, as before.
+template <bool Log, class T, class I, int V, class Cx>
+__device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na, T* go, I d0, I TY, I inner,
+                                             const Cx& cx) {
+  constexpr int W = V / 2;
+  constexpr int U = 16 / V;  // rows per unrolled step: 16 elements (V = 8 at 4 rows: 64 registers and a spill)
+  using Wd = Words16<V>;
+  const T* tag = nullptr;
+  constexpr float kL2e = 1.4426950408889634f;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Wd* s = reinterpret_cast<const Wd*>(s0);
+  MS<float> ms[V];
+  {
+    uint32_t a[W];
+    {
+      const T ni = st<T>(ops::neg_inf<float>());
+      unsigned short b;
+      memcpy(&b, &ni, sizeof(b));
+#pragma unroll
+      for (int q = 0; q < W; ++q) a[q] = uint32_t(b) | (uint32_t(b) << 16);
+    }
+#pragma unroll U
+    for (int k = 0; k < na; ++k) {
+      const Wd w = s[k * ks];
+#pragma unroll
+      for (int q = 0; q < W; ++q) a[q] = pmax(tag, a[q], w.q[q]);
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) ms[i] = {widen(tag, a[i / 2], (i % 2) != 0), 0.f};
+  }
+  {
+    float nb[V];
+    bool fast = true;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float sb = ops::sum_base(ms[i].m);  // all -inf (or no rows): 0
+      // float16: always (NaN and +inf make the row NaN from m alone, whatever s is).
+      fast = fast && (std::is_same_v<T, __half> || fabsf(sb) <= 65536.f);
+      nb[i] = __fmul_rn(-sb, kL2e);
+    }
+    if (fast) {
+#pragma unroll U
+      for (int k = 0; k < na; ++k) {
+        const Wd w = s[k * ks];
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          ms[i].s += ex2_ftz(__fmaf_rn(widen(tag, w.q[i / 2], (i % 2) != 0), kL2e, nb[i]));
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) ms[i].s *= ex2_ftz(-__fmaf_rn(ops::sum_base(ms[i].m), kL2e, nb[i]));
+    } else {
+#pragma unroll U
+      for (int k = 0; k < na; ++k) {
+        const Wd w = s[k * ks];
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          ms[i].s += dexp_elem<T>(widen(tag, w.q[i / 2], (i % 2) != 0) - ops::sum_base(ms[i].m));
+      }
+    }
+  }
+  if constexpr (V >= 8) cx.template reduce_rs<MS<float>>(ms, MSOp{});
+  else cx.template reduce<MS<float>>(ms, MSOp{});  // one butterfly step at TX = 16: no gain
+  float M[V], c[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const bool finite = (ms[i].m - ms[i].m == 0.f);  // the NaN rule, as fwd_body
+    M[i] = ms[i].m;
+    c[i] = finite ? (Log ? ops::log_acc(ms[i].s) : -__log2f(ms[i].s)) : nan;
+  }
+  // Running pointers (the write's address is one 64-bit add per row, not a
+  // 32-bit multiply, a sign extension and a shift): row d0 + TY*k of the column,
+  // d < D, the same address as (d0 + TY*k) * inner.
+  const Wd* sp = s;
+  T* gp = go + int64_t(d0) * int64_t(inner);
+  const int64_t gstep = int64_t(TY) * int64_t(inner);
+#pragma unroll U
+  for (int k = 0; k < na; ++k, sp += ks, gp += gstep) {
+    const Wd w = *sp;
+    float y[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float d = __fsub_rn(widen(tag, w.q[i / 2], (i % 2) != 0), M[i]);
+      y[i] = Log ? d - c[i] : ex2_ftz(__fmaf_rn(d, kL2e, c[i]));
+    }
+    Wd o;  // two elements per conversion instruction (round to nearest, as st<T>)
+#pragma unroll
+    for (int q = 0; q < W; ++q) o.q[q] = pack2(tag, y[2 * q], y[2 * q + 1]);
+    *reinterpret_cast<Wd*>(gp) = o;
+  }
+}
 
 // spatial, staged (session 5; geometry: detail::softmax_staged_geometry): long
 // columns. The block's slice of the column tile (rows rank*krows*TY .. +krows*TY,
@@ -806,36 +997,21 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
     }
     SpatialCx<T, I, V, V> cx{nullptr, nullptr, nullptr, D, inner, TX, TY, txi, tyi, C, rank, active, 1};
     T* go = static_cast<T*>(args.out) + base;
-    if constexpr (Fwd) {
+    if constexpr (Fwd && sizeof(T) == 2 && V % 2 == 0) {
+      // 16-bit (session 8, bench/notes-s8-cuda-softmax.md): packed max, the sum's
+      // exp argument in one FFMA, the write's exp against the column's (M, S) in
+      // one FADD + one FFMA (no per-element multiply by a per-thread factor).
+      staged_fwd16<Log, T, I, V>(s0, ks, na, go, d0, I(TY), inner, cx);
+    } else if constexpr (Fwd) {
       A mt[V], sb[V], kk[V], rb[V];
       MS<A> ms[V];
 #pragma unroll
       for (int i = 0; i < V; ++i) mt[i] = ninf;
-      if constexpr (sizeof(T) == 2 && V == 4) {
-        // 16-bit: the max on packed pairs (exact, NaN wins), widened once.
-        const T* tag = nullptr;
-        uint32_t a[2];
-        {
-          const T ni = st<T>(ninf);
-          unsigned short b;
-          memcpy(&b, &ni, sizeof(b));
-          a[0] = a[1] = uint32_t(b) | (uint32_t(b) << 16);
-        }
 #pragma unroll 4
-        for (int k = 0; k < na; ++k) {
-          const uint2 w = *reinterpret_cast<const uint2*>(s0 + k * ks);
-          a[0] = pmax(tag, a[0], w.x);
-          a[1] = pmax(tag, a[1], w.y);
-        }
+      for (int k = 0; k < na; ++k) {
+        const VT w = s0[k * ks];
 #pragma unroll
-        for (int i = 0; i < V; ++i) mt[i] = widen(tag, a[i / 2], (i % 2) != 0);
-      } else {
-#pragma unroll 4
-        for (int k = 0; k < na; ++k) {
-          const VT w = s0[k * ks];
-#pragma unroll
-          for (int i = 0; i < V; ++i) mt[i] = ops::MaxTag::combine(mt[i], ld(w.v[i]));
-        }
+        for (int i = 0; i < V; ++i) mt[i] = ops::MaxTag::combine(mt[i], ld(w.v[i]));
       }
 #pragma unroll
       for (int i = 0; i < V; ++i) {
@@ -858,23 +1034,13 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
 #pragma unroll 4
       for (int k = 0; k < na; ++k) {
         const VT w = s0[k * ks];
-        A y[V];
+        VT o;
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const A xv = ld(w.v[i]);
-          y[i] = Log ? (xv - rb[i]) - kk[i] : dexp_elem<T>(xv - sb[i]) * kk[i];
+          o.v[i] = st<T>(Log ? (xv - rb[i]) - kk[i] : dexp_elem<T>(xv - sb[i]) * kk[i]);
         }
-        if constexpr (sizeof(T) == 2 && V == 4) {
-          // 16-bit: two elements per conversion instruction (round to nearest, as st<T>).
-          const uint2 o = {pack2(static_cast<const T*>(nullptr), y[0], y[1]),
-                           pack2(static_cast<const T*>(nullptr), y[2], y[3])};
-          *reinterpret_cast<uint2*>(go + (d0 + I(TY) * I(k)) * inner) = o;
-        } else {
-          VT o;
-#pragma unroll
-          for (int i = 0; i < V; ++i) o.v[i] = st<T>(y[i]);
-          *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k)) * inner) = o;
-        }
+        *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k)) * inner) = o;
       }
     } else {
       using Epi = std::conditional_t<Log, ops::LogSoftmaxBwd, ops::SoftmaxBwd>;
@@ -929,6 +1095,12 @@ KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged) {
   if (staged) {  // spatial, staged: vector loads of 2- and 4-byte types only
     if constexpr (sizeof(T) <= 4 && VS > 1) {
       if (k == K::Spatial && vec == VS) return spatial_staged_kernel<T, I, Fwd, Log, VS>;
+      // Session 8: the 16-bit forward also at 16-byte vectors (V = 8,
+      // detail::softmax_staged_vec_elems).
+      constexpr int VW = detail::softmax_staged_vec_elems(int(sizeof(T)), Fwd);
+      if constexpr (VW != VS) {
+        if (k == K::Spatial && vec == VW) return spatial_staged_kernel<T, I, Fwd, Log, VW>;
+      }
     }
     return nullptr;
   }

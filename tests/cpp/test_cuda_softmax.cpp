@@ -126,15 +126,27 @@ const std::vector<Geo>& shapes() {
       // end in inactive columns ([3, 300, 20]); [2, 1025, 16] and [1, 5000, 32]
       // above take clusters of 4 to 16.
       {{2, 300, 64}, 1},   {{3, 300, 20}, 1},
+      // Session 8: the 16-bit forward stages 16-byte vectors (V = 8) where inner %
+      // 8 == 0 and a block holds > 44 KB ([2, 300, 64] one block, [1, 5000, 32]
+      // 16 ranks); V = 4 stays for inner % 8 != 0 ([3, 300, 20] one block, this
+      // one a cluster of 8) and smaller blocks ([2, 1025, 16]).
+      {{1, 3000, 20}, 1},
   };
   return s;
+}
+
+// Added to every random x (session 8: large magnitudes reach the 16-bit staged
+// forward's exact-offset sum and, for bfloat16 past 2^16, its generic loop).
+double& input_offset() {
+  static double o = 0.0;
+  return o;
 }
 
 // Random x with special columns: column 0 all -inf, 1 one NaN, 2 one +inf, 3 half -inf.
 std::vector<double> make_input(const reference::SoftmaxShape& s, std::mt19937& rng, bool specials) {
   std::uniform_real_distribution<double> u(-4.0, 4.0);
   std::vector<double> x(s.size());
-  for (auto& v : x) v = u(rng);
+  for (auto& v : x) v = input_offset() + u(rng);
   if (!specials) return x;
   const int64_t ncols = s.outer * s.inner;
   auto col = [&](int64_t c, int64_t d) -> double& { return x[s.at(c / s.inner, d, c % s.inner)]; };
@@ -362,6 +374,89 @@ TYPED_TEST(CudaSoftmax, StagedSpatialSmallShapes) {
   EXPECT_GE(staged, 30);
 }
 
+// Session 8: the 16-bit staged forward (staged_fwd16: packed max, exact-offset
+// sum, (M, S) write; V = 8 with a reduce-scatter, V = 4) at both vector widths
+// (SoftmaxTestCaps::stage_vec16_fwd; float32 runs the same cases on its own
+// kernel), each against the float64 reference and the CPU backend, i32 and i64,
+// softmax and log_softmax, the launch asserted to be the plan's geometry:
+//   - slices ending exactly at a block's last row (D = ty * krows) and one row past;
+//   - clusters of 16 ranks whose last rank holds 20 rows (threads with no rows),
+//     the NaN (row D/2) and +inf (row D-1) columns of make_input in one rank each;
+//   - 64-byte rows (TX = 4: the reduce-scatter down to one slot per lane), 32-byte
+//     rows (TX = 2: V * TX < 32, the butterfly) and one-warp blocks (no scratch:
+//     the butterfly), through the SM-count and thread caps;
+//   - large magnitudes: x around 1000 and 30000 (float16; the sum's offset nb =
+//     RN(-m log2e) rounds by up to 2^-8 there, which the kernel corrects), and for
+//     bfloat16 around 10^6 (|m| > 2^16: the generic sum loop).
+TYPED_TEST(CudaSoftmax, Staged16BitForwardWidthsAndBoundaries) {
+  SKIP_WITHOUT_GPU();
+  if (dtype_size(dtype_of<TypeParam>()) > 4) GTEST_SKIP() << "no staged kernel for float64";
+  const bool b16 = std::is_same_v<TypeParam, bfloat16_t>;
+  std::mt19937 rng(1618);
+  struct S {
+    Geo geo;
+    int vec16;  // stage_vec16_fwd
+    int64_t budget = int64_t(64) << 10;
+    int sm_count = 1 << 20;
+    int max_threads = 1024;
+    double offset = 0.0;
+  };
+  const std::vector<S> cases = {
+      {{{2, 256, 64}, 1}, 8},  {{{2, 256, 64}, 1}, 4},  {{{2, 257, 64}, 1}, 8},
+      {{{2, 257, 64}, 1}, 4},  {{{1, 980, 64}, 1}, 8, 8192}, {{{1, 980, 64}, 1}, 4, 8192},
+      {{{1, 300, 64}, 1}, 8, int64_t(64) << 10, 1},     // 64-byte rows
+      {{{1, 300, 32}, 1}, 8, int64_t(64) << 10, 1},     // 32-byte rows
+      {{{2, 300, 64}, 1}, 8, int64_t(64) << 10, 1 << 20, 32},  // one-warp blocks
+      {{{2, 300, 64}, 1}, 8, int64_t(64) << 10, 1 << 20, 1024, 1000.0},
+      {{{2, 300, 64}, 1}, 4, int64_t(64) << 10, 1 << 20, 1024, 1000.0},
+      {{{1, 980, 64}, 1}, 8, 8192, 1 << 20, 1024, b16 ? 1.0e6 : 30000.0},
+      {{{2, 300, 64}, 1}, 4, int64_t(64) << 10, 1 << 20, 1024, b16 ? 1.0e6 : 30000.0},
+  };
+  int v8 = 0, v4 = 0;
+  for (const S& c : cases) {
+    auto& caps = detail::softmax_test_caps();
+    caps.stage_vec16_fwd = c.vec16;
+    caps.stage_bytes = c.budget;
+    caps.sm_count = c.sm_count;
+    caps.max_threads = c.max_threads;
+    input_offset() = c.offset;
+    struct Reset {
+      ~Reset() {
+        auto& caps = detail::softmax_test_caps();
+        caps.stage_vec16_fwd = 0;
+        caps.stage_bytes = int64_t(64) << 10;
+        caps.sm_count = 1 << 20;
+        caps.max_threads = 1024;
+        input_offset() = 0.0;
+      }
+    } reset;
+    for (bool f64 : {false, true})
+      for (bool log : {false, true}) {
+        SoftmaxProblem p = make_softmax_problem(c.geo.shape, c.geo.dim, dtype_of<TypeParam>(), Direction::Fwd, log,
+                                                Backend::CUDA);
+        int sms = 0;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+        p.sm_count = sms;
+        detail::softmax_force_index64() = f64;
+        const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+        detail::softmax_force_index64() = false;
+        ASSERT_TRUE(g.staged) << shape_string(c.geo.shape);
+        if (dtype_size(dtype_of<TypeParam>()) == 2) {
+          EXPECT_EQ(g.vec, c.vec16) << shape_string(c.geo.shape);
+          (g.vec == 8 ? v8 : v4) += 1;
+        }
+        std::string path;
+        run_case<TypeParam>(c.geo, log, Direction::Fwd, f64, rng, &g, &path);
+        EXPECT_EQ(path, std::string(log ? "log_softmax" : "softmax") + ".fwd.cuda.spatial_staged.i" + (f64 ? "64" : "32"))
+            << shape_string(c.geo.shape);
+      }
+  }
+  if (dtype_size(dtype_of<TypeParam>()) == 2) {
+    EXPECT_GE(v8, 8 * 4);
+    EXPECT_GE(v4, 4 * 4);
+  }
+}
+
 // Session 7 (issue #5): few long last-dim rows in a few waves stream in two
 // chunks at half the resident capacity (softmax_geometry, lastdim_block;
 // SoftmaxTestCaps::long_rows_streamed). Caps (1 SM: a wave is 1024 threads;
@@ -485,6 +580,7 @@ struct RaceCase {
   int sm_count;          // cap on the SM count the geometry fills
   int64_t stage_bytes = 0;  // staged spatial: per-block budget (0: off, the register geometries)
   int stage_min_d = 0;                      // staged spatial: > 0 stages every column with D >= this
+  int stage_vec16 = 0;                      // staged spatial: SoftmaxTestCaps::stage_vec16_fwd (session 8)
 };
 
 constexpr int64_t kNoCap = detail::kSoftmaxMaxClusters;
@@ -511,6 +607,10 @@ const std::vector<RaceCase>& race_cases() {
       // (an 8 KB budget per block), looping
       {{{3, 40, 72}, 1}, 1024, 16, 1, 1, int64_t(64) << 10, 2},
       {{{1, 120, 72}, 1}, 1024, 16, 1, 1, 8192, 2},
+      // session 8: the same two at 16-byte vectors (16-bit forward: V = 8, the
+      // reduce-scatter of SpatialCx::reduce_rs)
+      {{{3, 40, 72}, 1}, 1024, 16, 1, 1, int64_t(64) << 10, 2, 8},
+      {{{1, 120, 72}, 1}, 1024, 16, 1, 1, 8192, 2, 8},
   };
   return c;
 }
@@ -524,6 +624,7 @@ struct CapsScope {  // restores the defaults even when an ASSERT returns early
     c.sm_count = r.sm_count;
     c.stage_bytes = r.stage_bytes;
     c.stage_min_d = r.stage_min_d;
+    c.stage_vec16_fwd = r.stage_vec16;
   }
   ~CapsScope() {
     auto& c = detail::softmax_test_caps();
@@ -533,6 +634,7 @@ struct CapsScope {  // restores the defaults even when an ASSERT returns early
     c.sm_count = 1 << 20;
     c.stage_bytes = int64_t(64) << 10;
     c.stage_min_d = 0;
+    c.stage_vec16_fwd = 0;
   }
 };
 
@@ -548,7 +650,9 @@ std::string race_class(const detail::SoftmaxGeometry& g) {
     return k + scalar + loop;
   }
   if (g.kernel != detail::SoftmaxKernel::Spatial) return "";
-  if (g.staged) return std::string(g.cluster > 1 ? "spatial.staged.cluster" : "spatial.staged") + loop;
+  if (g.staged)
+    return std::string(g.cluster > 1 ? "spatial.staged.cluster" : "spatial.staged") + (g.vec == 8 ? ".vec8" : "") +
+           loop;
   const int groups = g.tx < 32 ? std::max(1, g.tx * g.ty / 32) : g.ty;  // SpatialCx::reduce's G
   if (groups == 1 && g.cluster == 1) return "";
   const char* k = g.chunks > 1     ? "spatial.stream"
@@ -605,6 +709,9 @@ TEST(CudaSoftmaxRaceShapes, ReachEverySharedMemoryGeometry) {
         const std::string key = std::string(dtype_name(dt)) + (dir == Direction::Fwd ? " fwd " : " bwd ") + want;
         EXPECT_TRUE(got.count(key)) << key << " not reached; reached: " << all;
       }
+  // Session 8: the 16-bit forward's V = 8 staged kernel (reduce_rs), one block and clusters.
+  for (const char* want : {"float16 fwd spatial.staged.vec8.loop", "float16 fwd spatial.staged.cluster.vec8.loop"})
+    EXPECT_TRUE(got.count(want)) << want << " not reached; reached: " << all;
   EXPECT_TRUE(got.count("float32 bwd block.1024")) << all;
   bool scalar_cluster = false;
   for (const auto& v : got) scalar_cluster |= v.find("spatial.cluster") != std::string::npos && v.find(".scalar") != std::string::npos;
@@ -661,7 +768,7 @@ std::string geometry_variant(const detail::SoftmaxGeometry& g) {
       return std::string("block.") +
              (g.chunks > 1 ? "stream" : g.cluster == 1 ? "one" : g.tx == 1024 ? "cluster1024" : "cluster") + v;
     default:
-      if (g.staged) return std::string("spatial.staged") + (g.cluster > 1 ? ".cluster" : "") + v;
+      if (g.staged) return std::string("spatial.staged") + (g.cluster > 1 ? ".cluster" : "") + (g.vec == 8 ? ".vec8" : v);
       return std::string("spatial.") + (g.chunks > 1 ? "stream" : g.cluster > 1 ? "cluster" : g.ty > 1 ? "smem" : "shfl") + v;
   }
 }
@@ -690,6 +797,10 @@ TEST(CudaSoftmaxShapes, ReachEveryGeometryVariant) {
           EXPECT_TRUE(got.count(want)) << dtype_name(dt) << (dir == Direction::Fwd ? " fwd" : " bwd") << ": " << want
                                        << " not reached; reached: " << all;
         }
+        // Session 8: the 16-bit forward's V = 8 staged kernel, one block and clusters.
+        if (dtype_size(dt) == 2 && dir == Direction::Fwd)
+          for (const char* want : {"spatial.staged.vec8", "spatial.staged.cluster.vec8"})
+            EXPECT_TRUE(got.count(want)) << dtype_name(dt) << " fwd: " << want << " not reached; reached: " << all;
       }
       for (const char* want : {"warp.vec", "warp.scalar", "block.one.vec", "block.one.scalar", "block.cluster.vec",
                                "block.cluster.scalar", "block.cluster1024.vec", "block.cluster1024.scalar",
@@ -725,6 +836,12 @@ TEST(CudaSoftmaxShapes, ReachEveryInstantiatedElementsPerThread) {
           for (int ev : {detail::softmax_elems_per_thread(k, es, fwd, vec),
                          detail::softmax_short_elems_per_thread(k, es, fwd, vec)})
             want.insert(name(k, vec, ev));
+      // Session 8: the staged 16-bit forward's 16-byte vectors (its EV is the
+      // register geometry's, unused by the staged kernel; D > 4 there).
+      if (detail::softmax_staged_vec_elems(es, fwd) != detail::softmax_vec_elems(SoftmaxKernel::Spatial, es))
+        want.insert(name(SoftmaxKernel::Spatial, detail::softmax_staged_vec_elems(es, fwd),
+                         detail::softmax_elems_per_thread(SoftmaxKernel::Spatial, es, fwd,
+                                                          detail::softmax_vec_elems(SoftmaxKernel::Spatial, es))));
       for (const auto& w : want)
         EXPECT_TRUE(got.count(w)) << dtype_name(dt) << (fwd ? " fwd" : " bwd") << ": " << w << " not reached";
       for (const auto& w : got)

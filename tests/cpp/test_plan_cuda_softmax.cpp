@@ -94,7 +94,11 @@ void expect_consistent(const SoftmaxProblem& p) {
     EXPECT_LE(g.threads(), 256) << plan;
     EXPECT_LE(g.tx, 32) << plan;
     EXPECT_TRUE(g.tx * g.vec * es0 == 128 || g.tx * g.vec * es0 == 64 || g.tx * g.vec * es0 == 32) << plan;
-    EXPECT_EQ(g.vec, detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, es0)) << plan;
+    // Session 8: the 16-bit forward also at 16-byte vectors (softmax_staged_vec_elems).
+    EXPECT_TRUE(g.vec == detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, es0) ||
+                g.vec == detail::softmax_staged_vec_elems(es0, p.direction == Direction::Fwd))
+        << plan;
+    EXPECT_EQ(p.inner % g.vec, 0) << plan;
     EXPECT_LE(es0, 4) << plan;
     EXPECT_GE(g.work * g.tx * g.vec, p.outer * p.inner) << plan;
     EXPECT_EQ(g.grid % g.cluster, 0) << plan;
@@ -107,7 +111,9 @@ void expect_consistent(const SoftmaxProblem& p) {
   // instantiation by these three and fails on any other.
   const int es = dtype_size(p.dtype);
   const bool fwd = p.direction == Direction::Fwd;
-  EXPECT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es)) << plan << " vec " << g.vec;
+  EXPECT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es) ||
+              (g.staged && g.vec == detail::softmax_staged_vec_elems(es, fwd)))
+      << plan << " vec " << g.vec;
   EXPECT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev)) << plan << " ev " << g.ev;
   EXPECT_EQ(g.ev, detail::softmax_pick_elems_per_thread(g.kernel, es, fwd, g.vec, D)) << plan;
   EXPECT_LE(g.threads(), 1024);
@@ -567,19 +573,41 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
     // x ty 128, is what staging off gives).
     // Backward staging needs 128-byte rows: [8192, 8192] (2 MB of g and y per
     // 64-column tile, 128 KB per rank of 16) keeps the register geometry.
+    // Session 8: 64 KB staged blocks (3 per SM by shared memory) take 16-byte
+    // vectors in the 16-bit forward: tx 8 x ty 32 (128-byte rows as before).
     g = geo({8192, 8192}, 0, DType::Float16, dir);
     EXPECT_EQ(g.staged, fwd);
     EXPECT_EQ(g.cluster, fwd ? 16 : 8);
-    EXPECT_EQ(g.tx, fwd ? 16 : 4);  // fwd: 128-byte staged rows; bwd: v5's 32-byte register rows
-    EXPECT_EQ(g.ty, fwd ? 16 : 128);
+    EXPECT_EQ(g.vec, fwd ? 8 : 4);
+    EXPECT_EQ(g.tx, fwd ? 8 : 4);  // fwd: 128-byte staged rows; bwd: v5's 32-byte register rows
+    EXPECT_EQ(g.ty, fwd ? 32 : 128);
     EXPECT_EQ(g.chunks, 1);
+    if (fwd) EXPECT_EQ(g.krows, 16);
     g = geo({32, 1000, 4096}, 1, DType::BFloat16, dir);
     EXPECT_TRUE(g.staged);
-    EXPECT_EQ(g.tx, 16);  // 128-byte rows
-    EXPECT_EQ(g.ty, 16);
+    EXPECT_EQ(g.vec, fwd ? 8 : 4);
+    EXPECT_EQ(g.tx, fwd ? 8 : 16);  // 128-byte rows
+    EXPECT_EQ(g.ty, fwd ? 32 : 16);
     EXPECT_EQ(g.cluster, dir == Direction::Fwd ? 2 : 4);
-    EXPECT_EQ(g.krows, dir == Direction::Fwd ? 32 : 16);
+    EXPECT_EQ(g.krows, 16);
     EXPECT_EQ(g.grid, 2048 * g.cluster);
+    {
+      // The test cap forces either width (8 only where inner % 8 == 0).
+      detail::softmax_test_caps().stage_vec16_fwd = 4;
+      g = geo({32, 1000, 4096}, 1, DType::BFloat16, dir);
+      EXPECT_EQ(g.vec, 4);
+      EXPECT_EQ(g.tx, 16);
+      EXPECT_EQ(g.krows, fwd ? 32 : 16);
+      detail::softmax_test_caps().stage_vec16_fwd = 8;
+      g = geo({64, 256, 56, 56}, 1, DType::Float16, dir);
+      EXPECT_EQ(g.vec, fwd ? 8 : 4);
+      EXPECT_EQ(g.tx, fwd ? 8 : 16);
+      EXPECT_EQ(g.krows, fwd ? 8 : 16);
+      g = geo({64, 256, 44}, 1, DType::Float16, dir);  // inner % 8 != 0
+      EXPECT_TRUE(g.staged);
+      EXPECT_EQ(g.vec, 4);
+      detail::softmax_test_caps().stage_vec16_fwd = 0;
+    }
     {
       detail::softmax_test_caps().stage_bytes = 0;  // staging off: the v5 geometry
       g = geo({8192, 8192}, 0, DType::Float16, dir);
@@ -737,7 +765,10 @@ TEST(CudaSoftmaxPlan, EveryGeometryHasAnInstantiatedKernel) {
                              (aligned ? "" : " unaligned") + " caps " + std::to_string(p.max_threads) + "/" +
                              std::to_string(p.max_cluster);
     ++n;
-    ASSERT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es)) << what;
+    // (Session 8: the staged 16-bit forward also at 16-byte vectors, softmax_staged_vec_elems.)
+    ASSERT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es) ||
+                (g.staged && g.vec == detail::softmax_staged_vec_elems(es, fwd)))
+        << what;
     if (!aligned) ASSERT_EQ(g.vec, 1) << what;
     ASSERT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev)) << what << " ev " << g.ev;
     ASSERT_EQ(g.ev % g.vec, 0) << what;
