@@ -45,6 +45,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "src/core/segment_geometry.h"
 #include "src/cuda/common.cuh"
@@ -471,12 +472,122 @@ __device__ __forceinline__ void flat_lane_split(const E* s_e, int ns, int ne, in
   items = ld1 - ld0;
 }
 
+// flat_reduce's walk without run loops (session 8, H13), for functors whose
+// context does not depend on the segment (FwdFn: every forward). The run loop
+// below it (one run per segment piece, pieces between pads, loops whose trip
+// counts differ per lane) was ~400 of the 714 warp instructions per tile on
+// 2M x 32 fp32 (bf16: ~515 of 1110; ncu source counters at 99b3069, session 8):
+// the warp issued the union of every lane's control paths. Here the lane's kIpl
+// merge items are walked as kIpl position slots, fully unrolled and predicated:
+//   1. the lane's segment ends (a short loop: 0-1 on 2M x 32): bit r of `rst`
+//      for an end with r of the lane's positions before it; np positions;
+//   2. slot k < np: acc = combine(acc, value(position k)); before it, when bit k
+//      is set, `done` takes acc and acc restarts at the identity (one segment
+//      end or several at the same position); with one end, `done` is `first`;
+//   3. lanes with 2+ ends (rare) re-walk their first segment's positions and
+//      the segments that begin and end inside the lane (empty ones included)
+//      from shared memory, and finish the latter.
+// Every segment sees the old combine sequence (identity, then its positions in
+// order), `first`, the open partial and the segment index are the old ones:
+// bitwise the old results. On return ti is the lane's open segment and items 0.
+template <class Fn>
+constexpr bool kFlatFixedWalk = std::is_empty<typename Fn::Ctx>::value;
+
+template <class Fn, class Raw, class Idx, class A, class C>
+__device__ __forceinline__ void flat_walk_fixed(const Fn& fn, const C& c, const FlatTile<Raw, Idx>& t, int& ti, int& tj,
+                                                int& items, A& acc, A& first, bool& done_first) {
+  constexpr int IPL = kIpl<Raw>;
+  static_assert(IPL <= 32, "one bit per slot");
+  unsigned rst = 0;
+  int nel = 0;
+  while (ti + nel < t.ns) {
+    const int r = int(t.s_e[ti + nel]) - tj;  // >= 0 (merge path: s_e[ti] >= tj)
+    if (r + nel >= items) break;              // the end's merge item is past the lane's
+    rst |= 1u << r;                            // r + nel < items <= IPL
+    ++nel;
+  }
+  const int np = items - nel;
+  const int b = t.o + tj;  // staged index of the lane's first position
+  const Idx jl = t.j0 + Idx(tj);
+  // `done`: the partial that the last reset dropped (the lane's first segment's
+  // when nel == 1; nel >= 2 re-walks it below).
+  A done = acc;
+  auto step = [&](int k, Raw xr) {
+    if ((rst >> k) & 1u) {
+      done = acc;
+      acc = fn.identity();
+    }
+    if (k < np) acc = fn.combine(acc, fn.value(c, jl + k, xr));
+  };
+  // Slots k >= np are read but not combined: they lie inside the warp's shared
+  // block (at most IPL + 2 elements past the staged tile's end; s_e follows s_x).
+  if constexpr (sizeof(Raw) == 2) {
+    // Words of staged pairs (2m, 2m + 1) from eb = b rounded down to even: word
+    // w holds staged elements eb + 2 w, eb + 2 w + 1 (pairs never straddle a
+    // pad); one pad (one word) at most lies inside the lane's IPL / 2 + 1 words.
+    const int par = b & 1, eb = b - par;
+    // The IPL / 2 + 2 words from w0 are loaded with immediate offsets; word w of
+    // the lane is wr[w], or wr[w + 1] past the pad (a select, not an address).
+    const uint32_t* w0 = reinterpret_cast<const uint32_t*>(t.s_x + spad<Raw>(eb));
+    const int lim = (IPL - int(unsigned(eb) % unsigned(IPL))) / 2;  // words from lim on: one word further
+    uint32_t wr[IPL / 2 + 2], wd[IPL / 2 + 1];
+#pragma unroll
+    for (int w = 0; w < IPL / 2 + 2; ++w) wr[w] = w0[w];
+#pragma unroll
+    for (int w = 0; w <= IPL / 2; ++w) wd[w] = w >= lim ? wr[w + 1] : wr[w];
+    const unsigned sh = unsigned(par) * 16u;
+#pragma unroll
+    for (int w = 0; w < IPL / 2; ++w) {
+      const uint32_t pr = __funnelshift_r(wd[w], wd[w + 1], sh);  // positions 2 w, 2 w + 1
+      step(2 * w, raw_from_bits<Raw>(uint16_t(pr & 0xffffu)));
+      step(2 * w + 1, raw_from_bits<Raw>(uint16_t(pr >> 16)));
+    }
+  } else {
+    // IPL + kPad slots from s0 with immediate offsets; slot k is v[k], or
+    // v[k + kPad] past the pad (a select instead of a per-slot address).
+    static_assert(kPad<Raw> == 1, "one pad element");
+    const Raw* s0 = t.s_x + spad<Raw>(b);
+    const int lim = IPL - int(unsigned(b) % unsigned(IPL));  // slots from lim on: past one pad
+    Raw v[IPL + 1];
+#pragma unroll
+    for (int k = 0; k <= IPL; ++k) v[k] = s0[k];
+#pragma unroll
+    for (int k = 0; k < IPL; ++k) step(k, k >= lim ? v[k + 1] : v[k]);
+  }
+  first = done;
+  if (nel >= 2) {  // rare: segments wholly inside the lane (the lane's ends 1 .. nel - 1)
+    auto walk = [&](int p0, int p1) {
+      A a = fn.identity();
+      for (int p = p0; p < p1; ++p) a = fn.combine(a, fn.value(c, jl + p, t.s_x[spad<Raw>(b + p)]));
+      return a;
+    };
+    int p0 = int(t.s_e[ti]) - tj;
+    first = walk(0, p0);
+    for (int m = 1; m < nel; ++m) {
+      const int p1 = int(t.s_e[ti + m]) - tj;
+      fn.finish(t.i0 + Idx(ti + m), 0, walk(p0, p1));
+      p0 = p1;
+    }
+  }
+  done_first = nel > 0;
+  ti += nel;
+  tj += np;
+  items = 0;
+}
+
+// Blocks of 256 per SM that flat_reduce (32-bit indices) asks registers for:
+// the shared memory per warp allows 8 (fp32), 6 (16-bit), 5 (8-byte). Without
+// the bound the unrolled walk takes 40 (fp32) / 47 (bf16) registers, i.e. 48 /
+// 40 warps per SM instead of 64 / 48; with it 32 (fp32: 12 bytes of spill
+// outside the walk, ptxas -v) / 40 (bf16, no spill). 64-bit indices: no bound.
+template <class Raw, class Idx>
+constexpr int kFlatMinBlocks = sizeof(Idx) != 4 ? 1 : sizeof(Raw) == 4 ? 8 : sizeof(Raw) == 2 ? 6 : 1;
+
 template <class Fn, class Idx>
-__global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
-                                                   const Idx* __restrict__ q, Idx W, Idx nel,
-                                                   const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
-                                                   typename Fn::A* __restrict__ carry,
-                                                   typename Fn::A* __restrict__ head) {
+__global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
+    flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x, const Idx* __restrict__ q, Idx W, Idx nel,
+                const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j, typename Fn::A* __restrict__ carry,
+                typename Fn::A* __restrict__ head) {
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -491,6 +602,9 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
   A acc = fn.identity(), first = acc;
   bool done_first = false;
   auto c = fn.ctx(t.i0 + ti, 0);
+  if constexpr (kFlatFixedWalk<Fn>) {
+    flat_walk_fixed<Fn>(fn, c, t, ti, tj, items, acc, first, done_first);
+  } else {
   while (items > 0) {
     const int e = ti < t.ns ? int(t.s_e[ti]) : t.ne;
     const int run = min(e - tj, items);
@@ -533,6 +647,7 @@ __global__ void __launch_bounds__(256) flat_reduce(Fn fn, const typename Fn::Raw
       --items;
       c = fn.ctx(t.i0 + ti, 0);
     }
+  }
   }
   // Warp segmented inclusive scan of (open segment, partial); keys are monotone.
   Idx key = t.i0 + ti;
@@ -887,11 +1002,37 @@ __global__ void __launch_bounds__(256) fixup(Fn fn, const Idx* __restrict__ q, c
 // written by other blocks of this launch, so phase 3 reads them through L2.
 constexpr int kFixChunk = 32;
 
-template <class Fn, class Idx>
-__global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
-                                                  const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner, int FX,
-                                                  typename Fn::A* carry, const typename Fn::A* __restrict__ head,
-                                                  Idx* long_list, unsigned* long_count) {
+// fixup_tree's hook for the max/min backward (session 8, src/cuda/segment_maxbwd.cuh):
+// with the total R of a crossing segment in hand, every record r of the segment
+// (its carries and its head) is compared with R, and the records that need the
+// repair (r != identity: the tile has ties; r != R: its local view was not the
+// whole one) are appended to a compact list: {record index * 2 + kind (0 head,
+// 1 carry), r}. Each entry rewrites positions no other entry touches, so the
+// list's order (atomicAdd) does not change any result. NoRepairList: off (the
+// forward, softmax).
+struct NoRepairList {
+  static constexpr bool kOn = false;
+};
+template <class Idx>
+struct RepairList {
+  static constexpr bool kOn = true;
+  const Idx* keep;   // long segments' carries as the main kernel wrote them (phase 2 overwrites carry)
+  Idx* list;         // 2 * (2 W inner) entries at most (every head and every carry)
+  unsigned* count;   // 0 at entry (the main kernel zeroes it)
+  __device__ __forceinline__ void note(Idx rec, int kind, Idx r, Idx R, Idx ident) const {
+    if (r == ident || r == R) return;
+    const size_t e = atomicAdd(count, 1u);
+    list[2 * e] = rec * 2 + Idx(kind);
+    list[2 * e + 1] = r;
+  }
+};
+
+template <class Fn, class Idx, class Rep>
+__device__ __forceinline__ void fixup_tree_body(const Fn& fn, const Idx* __restrict__ q,
+                                                const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
+                                                Idx W, Idx items, Idx inner, int FX, typename Fn::A* carry,
+                                                const typename Fn::A* __restrict__ head, Idx* long_list,
+                                                unsigned* long_count, const Rep& rep) {
   using A = typename Fn::A;
   __shared__ A sh[256];
   const int lane = int(threadIdx.x) & (FX - 1);
@@ -907,7 +1048,13 @@ __global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__
     for (Idx f = lane; f < inner; f += FX) {
       A acc = fn.identity();
       for (Idx p = w0; p < w; ++p) acc = fn.combine(acc, carry[p * inner + f]);
-      fn.finish(t, f, fn.combine(acc, head[w * inner + f]));
+      const A h = head[w * inner + f];
+      const A R = fn.combine(acc, h);
+      fn.finish(t, f, R);
+      if constexpr (Rep::kOn) {  // the same carries again (L1/L2): which need the repair
+        for (Idx p = w0; p < w; ++p) rep.note(p * inner + f, 1, carry[p * inner + f], R, fn.identity());
+        rep.note(w * inner + f, 0, h, R, fn.identity());
+      }
     }
   }
   // long_count[1] (written by prepare) is 0 when no crossing segment spans more
@@ -994,10 +1141,43 @@ __global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__
         if (cy < s) sh[cy * FY + fx] = fn.combine(sh[cy * FY + fx], sh[(cy + s) * FY + fx]);
         __syncthreads();
       }
-      if (cy == 0 && f < inner) fn.finish(t, f, fn.combine(sh[fx], head[w * inner + f]));
+      if (cy == 0 && f < inner) {
+        const A h = head[w * inner + f];
+        const A R = fn.combine(sh[fx], h);
+        fn.finish(t, f, R);
+        if constexpr (Rep::kOn) {
+          rep.note(w * inner + f, 0, h, R, fn.identity());
+          sh[fx] = R;  // slot fx: only this thread touches it now
+        }
+      }
       __syncthreads();
+      if constexpr (Rep::kOn) {  // the segment's kept carries, strided over the block
+        if (f < inner) {
+          const A R = sh[fx];
+          for (Idx p = w0 + Idx(cy); p < w; p += Idx(CY)) rep.note(p * inner + f, 1, rep.keep[p * inner + f], R, fn.identity());
+        }
+        __syncthreads();
+      }
     }
   }
+}
+
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                                  const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner, int FX,
+                                                  typename Fn::A* carry, const typename Fn::A* __restrict__ head,
+                                                  Idx* long_list, unsigned* long_count) {
+  fixup_tree_body(fn, q, tile_i, tile_j, W, items, inner, FX, carry, head, long_list, long_count, NoRepairList{});
+}
+
+// fixup_tree with the repair list (max/min backward; Fn::A == Idx).
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) fixup_tree_rep(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                                      const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner,
+                                                      int FX, typename Fn::A* carry,
+                                                      const typename Fn::A* __restrict__ head, Idx* long_list,
+                                                      unsigned* long_count, RepairList<Idx> rep) {
+  fixup_tree_body(fn, q, tile_i, tile_j, W, items, inner, FX, carry, head, long_list, long_count, rep);
 }
 
 // ---------------------------------------------------------------- prod backward

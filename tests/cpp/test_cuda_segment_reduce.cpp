@@ -389,6 +389,91 @@ TEST_P(CudaSegmentReduce, FlatVectorStagingMatchesScalar) {
 #endif
 }
 
+// Session 8: flat_reduce walks a lane's merge items as a fixed, predicated loop
+// over its kIpl position slots (segment ends as bits, the pad as a select, the
+// segments that begin and end inside one lane re-walked). Layouts that put
+// segment ends at every lane and tile edge (lengths kIpl - 1, kIpl, kIpl + 1,
+// 2 kIpl - 1, tile - 1, ...), several ends in one lane, runs of empty segments,
+// ends right at a lane's first or last item, a partial last tile, rows of a
+// batched axis (ghost segments), offsets and lengths, int32 and int64 metadata.
+// Integer data (|x| <= 3, segments <= 80 long): sums are exact in every dtype,
+// so the forward sum/max/min must equal the exact host result bit for bit (a
+// slot read or dropped by mistake changes a sum by >= 1); then check_cuda
+// (reference, CPU, run-to-run) on random data for every reduce.
+TEST_P(CudaSegmentReduce, FlatFixedWalkLaneAndTileEdges) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  const int64_t ipl = dtype_size(t) == 2 ? 32 : 16, tile = 32 * ipl;
+  std::vector<std::vector<int64_t>> patterns;
+  for (int64_t n : {ipl - 1, ipl, ipl + 1, 2 * ipl - 1, 2 * ipl, ipl / 2 - 1, ipl / 2})
+    patterns.push_back(std::vector<int64_t>(size_t(3 * tile / (n + 1) + 7), n));
+  patterns.push_back({tile - 1, tile - 1, tile, tile - 2, 0, tile - 1, 1, 2 * tile - 2, 0, 0, tile});
+  {
+    std::vector<int64_t> v;  // several ends per lane, empty runs, ends at slot 0 and at the lane's last slot
+    for (int64_t k = 0; v.size() < size_t(2 * tile); ++k) {
+      const int64_t pick = k % 11;
+      v.push_back(pick < 3 ? 0 : pick < 6 ? 1 : pick < 8 ? 2 : pick == 8 ? ipl - 2 : pick == 9 ? 3 : ipl - 1);
+    }
+    patterns.push_back(v);
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<int64_t> v;
+    std::uniform_int_distribution<int64_t> d(0, 3 * ipl);
+    std::uniform_int_distribution<int> z(0, 3);
+    while (v.size() < size_t(3 * tile)) v.push_back(z(rng) == 0 ? 0 : std::min<int64_t>(d(rng), 80));
+    patterns.push_back(v);
+  }
+  std::uniform_int_distribution<int> xi(-3, 3);
+  for (size_t pi = 0; pi < patterns.size(); ++pi) {
+    std::vector<int64_t> lens = patterns[pi];
+    for (auto& n : lens) n = std::min<int64_t>(n, 80);
+    if (pi == 7) lens = patterns[pi];  // the tile-length pattern: sums up to 3 * 2 tile; max/min only exact
+    int64_t L = 0;
+    for (auto n : lens) L += n;
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE(::testing::Message() << "pattern " << pi << " variant " << variant << " L " << L);
+      Layout lay;
+      if (variant == 0) {
+        lay = from_lengths({L}, 0, {lens});
+      } else if (variant == 1) {  // offsets, int32, a partial last tile (drop the tail of the tensor)
+        std::vector<int64_t> off = {0};
+        for (auto n : lens) off.push_back(off.back() + n);
+        lay = from_offsets({L + 37}, 0, {off});
+        lay.index_dtype = DType::Int32;
+      } else {  // two rows of a batched axis: ghost segments between them
+        lay = from_lengths({2, L}, 1, {lens, lens});
+      }
+      const int64_t N = numel(lay.shape);
+      std::vector<double> x(static_cast<size_t>(N));
+      for (auto& v : x) v = double(xi(rng));
+      const Tensor data_h = make_tensor(x, lay.shape, t);
+      const Tensor data = dev(data_h), meta = dev(lay.meta());
+      const Segments seg = dev_segments(lay, meta);
+      for (const char* r : {"sum", "max", "min"}) {
+        SCOPED_TRACE(r);
+        if (pi == 7 && std::string(r) == "sum") continue;
+        Tensor y = poisoned(lay.out_shape(), t);
+        segment_reduce_out(data, parse_reduce(r), seg, y);
+        const std::vector<double> got = to_vec(host(y));
+        const std::vector<double> want = reference::forward(lay.problem(), x, r);  // exact: integer data
+        ASSERT_EQ(got.size(), want.size());
+        size_t bad = 0;
+        for (size_t k = 0; k < got.size(); ++k)
+          if (!same_value(got[k], want[k]) && bad++ < 5)
+            ADD_FAILURE() << "output " << k << ": " << got[k] << " != " << want[k] << " (exact)";
+        EXPECT_EQ(bad, 0u);
+      }
+      if (variant != 2 || pi % 3 == 0)
+        for (const char* r : {"sum", "mean", "max", "prod"}) check_cuda(lay, t, r, random_data(rng, N, r, t), rng);
+    }
+  }
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDtypes, CudaSegmentReduce, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

@@ -215,5 +215,93 @@ TEST(CudaSegmentReduceMaxBwd, RandomTiesEverywhere) {
       }
 }
 
+// Session 8: the repair runs over fixup_tree's list of the records whose local
+// view differs from the total (RepairList). Boundaries of that list:
+//   no crossing segment at all (one tile): the list stays empty;
+//   every record listed: all-equal segments just over a tile long, so every
+//   tile holds the tied end of one segment and the tied start of the next (the
+//   list near its capacity, 2 records per (tile, feature));
+//   long segments (> kShortFix tiles, fixup_tree's phases 2-3 list the kept
+//   carries) with sparse ties in most of their tiles (the benchmark's bf16 case:
+//   ~4 ties per tile), beside short ones.
+void run_lens(DType t, int64_t inner, DType index, const std::vector<int64_t>& lens,
+              const std::function<double(int64_t /*position*/, bool /*is_max*/)>& val, std::mt19937_64& rng,
+              std::set<std::string>& reached) {
+  int64_t L = 0;
+  for (int64_t n : lens) L += n;
+  for (const char* r : {"max", "min"}) {
+    const bool is_max = std::string(r) == "max";
+    std::vector<double> x;
+    x.reserve(size_t(L * inner));
+    for (int64_t j = 0; j < L; ++j) {
+      const double v = val(j, is_max);
+      for (int64_t f = 0; f < inner; ++f) x.push_back(f % 3 == 1 && !std::isnan(v) ? v * 0.5 : v);
+    }
+    Layout lay = inner == 1 ? from_lengths({L}, 0, {lens}) : from_lengths({L, inner}, 0, {lens});
+    lay.index_dtype = index;
+    for (const auto& p : check_maxbwd(lay, t, r, x, rng)) reached.insert(p);
+  }
+}
+
+TEST(CudaSegmentReduceMaxBwd, RepairListEmptyNoCrossing) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(94);
+  std::set<std::string> reached;
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (int64_t inner : {1, 4, 16, 128})
+      for (DType index : {DType::Int32, DType::Int64}) {
+        // Fewer merge items (positions + segment ends) than one tile: no tile edge inside.
+        const std::vector<int64_t> lens = inner == 1 ? std::vector<int64_t>{0, 5, 100, 3, 1, 90}
+                                                     : std::vector<int64_t>{2, 0, 9, 3, 1};
+        run_lens(t, inner, index, lens,
+                 [](int64_t j, bool mx) { return (j % 4 == 1 ? 3.0 : double(j % 3) / 4.0) * (mx ? 1 : -1); }, rng,
+                 reached);
+      }
+}
+
+TEST(CudaSegmentReduceMaxBwd, RepairListEveryRecord) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(95);
+  std::set<std::string> reached;
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (int64_t inner : {1, 4, 16, 128})
+      for (DType index : {DType::Int32, DType::Int64}) {
+        if (inner == 128 && index == DType::Int64) continue;
+        const int64_t T = tile_items(t, inner);
+        std::vector<int64_t> lens(12, T + 3);
+        lens.insert(lens.begin() + 5, {T - 1, 2 * T + 1, T + 1});
+        run_lens(t, inner, index, lens, [](int64_t, bool mx) { return mx ? 7.0 : -7.0; }, rng, reached);
+      }
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.flat.i32"));
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
+}
+
+TEST(CudaSegmentReduceMaxBwd, RepairListLongSparseTies) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(96);
+  std::set<std::string> reached;
+  for (DType t : {DType::Float32, DType::BFloat16})
+    for (int64_t inner : {1, 4, 16, 128})
+      for (DType index : {DType::Int32, DType::Int64}) {
+        if (inner == 128 && index == DType::Int64) continue;
+        const int64_t T = tile_items(t, inner);
+        // Long (> 32 tiles), short crossing, a long one again, a one-tile one.
+        const std::vector<int64_t> lens{40 * T + 7, 3, T + 2, 0, 34 * T - 5, 9, T};
+        int64_t L = 0;
+        for (int64_t n : lens) L += n;
+        std::vector<char> tie(static_cast<size_t>(L));
+        std::bernoulli_distribution p(4.0 / double(T));  // ~4 ties per tile
+        for (auto& e : tie) e = p(rng);
+        std::uniform_int_distribution<int> bg(-40, 40);
+        std::vector<double> back(static_cast<size_t>(L));
+        for (auto& e : back) e = bg(rng) / 16.0;
+        run_lens(t, inner, index, lens,
+                 [&](int64_t j, bool mx) { return tie[size_t(j)] ? (mx ? 9.0 : -9.0) : back[size_t(j)]; }, rng,
+                 reached);
+      }
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.flat.i32"));
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
+}
+
 }  // namespace
 }  // namespace segred::testing
