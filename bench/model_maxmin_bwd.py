@@ -3,8 +3,6 @@
 # hand-off, feat_maxmin_bwd's per-segment walk, fixup_tree's totals (long segments'
 # carries clobbered as its phase 2 does) and maxmin_repair, against a direct
 # reference on random 1-row layouts. Logic check only (no rounding, no GPU).
-# Session 8 (H14): fixup_tree lists the records to repair; the repair walks the list
-# (shuffled: the atomicAdd order must not matter).
 import random, math
 NAN = float('nan')
 def is_ext(x, y): return x != x or x == y
@@ -54,7 +52,7 @@ def run(lens, x, g, y, tie, IPL, flat=True, FI=32):
             return g[o] if j == stat else 0.0
         return 0.0
     gi = [None] * L
-    carry = [None] * W; head = [None] * W; keep = [None] * W; hpos = [None] * W; cpos = [None] * W
+    carry = [None] * W; head = [None] * W; keep = [None] * W
     def keep_carry(t): return t < U and first_carry_tile(q, t + 1, items) - first_carry_tile(q, t, items) > KSHORT
     for w in range(W):
         i0, j0, i1, j1 = ti_[w], tj_[w], ti_[w + 1], tj_[w + 1]
@@ -108,13 +106,6 @@ def run(lens, x, g, y, tie, IPL, flat=True, FI=32):
                 s['tail_total'] = tail
             carry[w] = vals[31]
             if keep_carry(i1): keep[w] = vals[31]
-            # session 8, split: first/last tied position (tile-relative) of the head's and the carry's segment
-            def lohi(v, a, b):
-                o = real(v)
-                ps = [j - j0 for j in range(a, b) if o is not None and is_ext(x[j], y[o])]
-                return (min(ps), max(ps)) if ps else None
-            hpos[w] = lohi(i0, j0, min(q[i0 + 1], j1) if i1 > i0 else j1)
-            cpos[w] = lohi(i1, max(q[i1], j0), j1)
             for lane in range(32):
                 ti, tj, it = lanes[lane]; s = st[lane]
                 while it > 0:
@@ -147,11 +138,8 @@ def run(lens, x, g, y, tie, IPL, flat=True, FI=32):
                     gi[jj] = elem(i, jj, acc)
                 if i == i1: break
                 i += 1
-    # fixup: totals of crossing segments (tile w where t = tile_i[w] completes and began earlier);
-    # session 8: the records whose local view != the total are listed (RepairList):
-    # short segments (phase 1) from carry, long ones (phase 3) from keep (carry clobbered).
+    # fixup: totals of crossing segments (tile w where t = tile_i[w] completes and began earlier)
     stats = {}
-    rep = []
     for w in range(W):
         t = ti_[w]
         if not (ti_[w + 1] > t and q[t] < tj_[w]): continue
@@ -160,43 +148,27 @@ def run(lens, x, g, y, tie, IPL, flat=True, FI=32):
         for p in range(w0, w): acc = comb(tie, acc, carry[p])
         acc = comb(tie, acc, head[w])
         if real(t) is not None: stats[real(t)] = acc
-        long_ = w - w0 > KSHORT
-        for p in range(w0, w):
-            r = keep[p] if long_ else carry[p]
-            assert r is not None and r != 'CLOBBERED', (w, p)
-            if r != ident(tie) and r != acc: rep.append((p, 1, r))
-        if head[w] != ident(tie) and head[w] != acc: rep.append((w, 0, head[w]))
-        if long_:
+        if w - w0 > KSHORT:
             for p in range(w0, w): carry[p] = 'CLOBBERED'  # fixup_tree phase 2
-    assert len(rep) <= 2 * W
-    random.shuffle(rep)  # atomicAdd order: must not matter
-    nrep[0] += len(rep)
-    # repair over the list only
-    for (w, kind, r) in rep:
+    # repair
+    for w in range(W):
         i0, j0, i1, j1 = ti_[w], tj_[w], ti_[w + 1], tj_[w + 1]
-        def fix(t, r, jb, je, pos):
+        def fix(t, r, jb, je):
             if r == ident(tie): return
             o = real(t)
             if o is None: return
             R = stats[o]
             if r == R: return
             if tie == 0:
-                if flat:  # write the first and last tied positions, re-read only between them
-                    lo, hi = pos[w]
-                    jl, jh = j0 + lo, j0 + hi
-                    assert jb <= jl <= jh < je and is_ext(x[jl], y[o]) and is_ext(x[jh], y[o])
-                    gi[jl] = elem(t, jl, R); gi[jh] = elem(t, jh, R)
-                    jb, je = jl + 1, (jh if r > 2 else jl + 1)
                 for jj in range(jb, je):
                     if is_ext(x[jj], y[o]): gi[jj] = elem(t, jj, R)
             else:
                 gi[r] = elem(t, r, R)
-        if kind == 0:
-            assert i1 > i0 and q[i0] < j0
-            fix(i0, r, j0, q[i0 + 1], hpos)
-        else:
-            assert i1 < U
-            fix(i1, r, max(q[i1], j0), j1, cpos)
+        if i1 > i0 and q[i0] < j0: fix(i0, head[w], j0, q[i0 + 1])
+        if i1 < U:
+            rec = keep[w] if keep_carry(i1) else carry[w]
+            assert rec != 'CLOBBERED' and rec is not None, (w, i1)
+            fix(i1, rec, max(q[i1], j0), j1)
     return gi
 
 def reference(lens, x, g, y, tie):
@@ -220,7 +192,7 @@ def segmax(lens, x, mx):
     return y
 
 random.seed(1)
-bad = 0; cases = 0; nrep = [0]
+bad = 0; cases = 0
 for it in range(400):
     IPL = random.choice([1, 2, 4])
     flat = random.random() < 0.6
@@ -247,4 +219,4 @@ for it in range(400):
         if any(a != b and not (a != a and b != b) for a, b in zip(got, ref)):
             bad += 1
             if bad < 5: print("MISMATCH", flat, IPL, FI, tie, lens[:10], [i for i, (a, b) in enumerate(zip(got, ref)) if a != b][:10])
-print("cases", cases, "bad", bad, "listed records", nrep[0])
+print("cases", cases, "bad", bad)

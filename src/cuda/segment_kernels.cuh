@@ -1002,37 +1002,11 @@ __global__ void __launch_bounds__(256) fixup(Fn fn, const Idx* __restrict__ q, c
 // written by other blocks of this launch, so phase 3 reads them through L2.
 constexpr int kFixChunk = 32;
 
-// fixup_tree's hook for the max/min backward (session 8, src/cuda/segment_maxbwd.cuh):
-// with the total R of a crossing segment in hand, every record r of the segment
-// (its carries and its head) is compared with R, and the records that need the
-// repair (r != identity: the tile has ties; r != R: its local view was not the
-// whole one) are appended to a compact list: {record index * 2 + kind (0 head,
-// 1 carry), r}. Each entry rewrites positions no other entry touches, so the
-// list's order (atomicAdd) does not change any result. NoRepairList: off (the
-// forward, softmax).
-struct NoRepairList {
-  static constexpr bool kOn = false;
-};
-template <class Idx>
-struct RepairList {
-  static constexpr bool kOn = true;
-  const Idx* keep;   // long segments' carries as the main kernel wrote them (phase 2 overwrites carry)
-  Idx* list;         // 2 * (2 W inner) entries at most (every head and every carry)
-  unsigned* count;   // 0 at entry (the main kernel zeroes it)
-  __device__ __forceinline__ void note(Idx rec, int kind, Idx r, Idx R, Idx ident) const {
-    if (r == ident || r == R) return;
-    const size_t e = atomicAdd(count, 1u);
-    list[2 * e] = rec * 2 + Idx(kind);
-    list[2 * e + 1] = r;
-  }
-};
-
-template <class Fn, class Idx, class Rep>
-__device__ __forceinline__ void fixup_tree_body(const Fn& fn, const Idx* __restrict__ q,
-                                                const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
-                                                Idx W, Idx items, Idx inner, int FX, typename Fn::A* carry,
-                                                const typename Fn::A* __restrict__ head, Idx* long_list,
-                                                unsigned* long_count, const Rep& rep) {
+template <class Fn, class Idx>
+__global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                                  const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner, int FX,
+                                                  typename Fn::A* carry, const typename Fn::A* __restrict__ head,
+                                                  Idx* long_list, unsigned* long_count) {
   using A = typename Fn::A;
   __shared__ A sh[256];
   const int lane = int(threadIdx.x) & (FX - 1);
@@ -1048,13 +1022,7 @@ __device__ __forceinline__ void fixup_tree_body(const Fn& fn, const Idx* __restr
     for (Idx f = lane; f < inner; f += FX) {
       A acc = fn.identity();
       for (Idx p = w0; p < w; ++p) acc = fn.combine(acc, carry[p * inner + f]);
-      const A h = head[w * inner + f];
-      const A R = fn.combine(acc, h);
-      fn.finish(t, f, R);
-      if constexpr (Rep::kOn) {  // the same carries again (L1/L2): which need the repair
-        for (Idx p = w0; p < w; ++p) rep.note(p * inner + f, 1, carry[p * inner + f], R, fn.identity());
-        rep.note(w * inner + f, 0, h, R, fn.identity());
-      }
+      fn.finish(t, f, fn.combine(acc, head[w * inner + f]));
     }
   }
   // long_count[1] (written by prepare) is 0 when no crossing segment spans more
@@ -1141,43 +1109,10 @@ __device__ __forceinline__ void fixup_tree_body(const Fn& fn, const Idx* __restr
         if (cy < s) sh[cy * FY + fx] = fn.combine(sh[cy * FY + fx], sh[(cy + s) * FY + fx]);
         __syncthreads();
       }
-      if (cy == 0 && f < inner) {
-        const A h = head[w * inner + f];
-        const A R = fn.combine(sh[fx], h);
-        fn.finish(t, f, R);
-        if constexpr (Rep::kOn) {
-          rep.note(w * inner + f, 0, h, R, fn.identity());
-          sh[fx] = R;  // slot fx: only this thread touches it now
-        }
-      }
+      if (cy == 0 && f < inner) fn.finish(t, f, fn.combine(sh[fx], head[w * inner + f]));
       __syncthreads();
-      if constexpr (Rep::kOn) {  // the segment's kept carries, strided over the block
-        if (f < inner) {
-          const A R = sh[fx];
-          for (Idx p = w0 + Idx(cy); p < w; p += Idx(CY)) rep.note(p * inner + f, 1, rep.keep[p * inner + f], R, fn.identity());
-        }
-        __syncthreads();
-      }
     }
   }
-}
-
-template <class Fn, class Idx>
-__global__ void __launch_bounds__(256) fixup_tree(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
-                                                  const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner, int FX,
-                                                  typename Fn::A* carry, const typename Fn::A* __restrict__ head,
-                                                  Idx* long_list, unsigned* long_count) {
-  fixup_tree_body(fn, q, tile_i, tile_j, W, items, inner, FX, carry, head, long_list, long_count, NoRepairList{});
-}
-
-// fixup_tree with the repair list (max/min backward; Fn::A == Idx).
-template <class Fn, class Idx>
-__global__ void __launch_bounds__(256) fixup_tree_rep(Fn fn, const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
-                                                      const Idx* __restrict__ tile_j, Idx W, Idx items, Idx inner,
-                                                      int FX, typename Fn::A* carry,
-                                                      const typename Fn::A* __restrict__ head, Idx* long_list,
-                                                      unsigned* long_count, RepairList<Idx> rep) {
-  fixup_tree_body(fn, q, tile_i, tile_j, W, items, inner, FX, carry, head, long_list, long_count, rep);
 }
 
 // ---------------------------------------------------------------- prod backward

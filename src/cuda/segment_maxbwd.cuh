@@ -15,25 +15,20 @@
 //       fixup_tree's carry/head records (the layout of the StatsFn pass) and,
 //       for a segment longer than kShortFix tiles, a copy of the carry
 //       (fixup_tree's phase 2 combines long segments' carries in place).
-//   fixup_tree_rep<StatsFn>  fixup_tree: the exact total of every crossing
-//       segment into stats[o] (crossing segments only; nothing else reads stats);
-//       since session 8 it also compares each record of the segment with the
-//       total and lists the records that need the repair (RepairList).
-//   maxmin_repair  over that list only (session 7 ran it per (tile, feature)
-//       over every tile: 40 us on 1d_2Mx32 for nothing): where a tile's local
-//       record differs from the total (and the tile has ties): split: rewrite
-//       the tile's part of the segment with g / k_total; first/last: rewrite the
-//       one position the tile wrote g to (its local first/last tied position),
-//       which is not the winner: 0. With random data a crossing segment's ties
-//       lie in one tile, whose local record equals the total: the list is empty
-//       and the repair's blocks exit at once. An all-equal long segment rewrites
-//       its tiles (correct, one more read of that segment).
-// Bytes: x read once (the repair reads only the rare re-written parts), gi
-// written once, plus 2 Idx records per (tile, feature) written and read by the
-// fix-up (3 for tiles of segments > kShortFix tiles), and the list's entries.
+//   fixup_tree<StatsFn>  unchanged: the exact total of every crossing segment
+//       into stats[o] (crossing segments only; nothing else reads stats).
+//   maxmin_repair  one thread per (tile, feature): for the tile's crossing
+//       segments, where the local record differs from the total (and the tile has
+//       ties): split: rewrite the tile's part of the segment with g / k_total;
+//       first/last: rewrite the one position the tile wrote g to (its local
+//       first/last tied position), which is not the winner: 0. With random data a
+//       crossing segment's ties lie in one tile, whose local record equals the
+//       total: nothing is re-read. An all-equal long segment rewrites its tiles
+//       (correct, one more read of that segment).
+// Bytes: x read once (the repair reads only records and the rare re-written
+// parts), gi written once, plus 2 Idx records per (tile, feature) written and
+// read by the fix-up and by the repair (3 for tiles of segments > kShortFix tiles).
 #pragma once
-#include <climits>
-
 #include "src/cuda/segment_kernels.cuh"
 
 namespace segred::cuda {
@@ -75,22 +70,15 @@ __device__ __forceinline__ bool keep_carry(const Idx* q, Idx t, Idx items, Idx U
 //     tile's carry: the segment crosses the tile's end).
 //   Segments between (wholly inside the lane): counted again from shared memory
 //     in the write walk.
-// Launch bounds (256, 6) for i32: walk 2's tied-position tracking (session 8)
-// took the bf16 kernel from 40 to 48 registers (5 blocks of 256 per SM instead
-// of the 6 its shared memory allows); capped it is 40 again without spills
-// (ptxas -v, sm_90).
 template <class T, class Idx>
-__global__ void __launch_bounds__(256, sizeof(Idx) == 4 ? 6 : 1) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+__global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx nel,
                                                        const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                        Idx* __restrict__ carry, Idx* __restrict__ carry_keep,
-                                                       Idx* __restrict__ head, Idx titems, Idx U,
-                                                       unsigned* __restrict__ rep_count, unsigned* __restrict__ hpos,
-                                                       unsigned* __restrict__ cpos) {
+                                                       Idx* __restrict__ head, Idx titems, Idx U) {
   using Raw = T;
   using S = Idx;
   extern __shared__ __align__(16) unsigned char smem[];
-  if (blockIdx.x == 0 && threadIdx.x == 0) *rep_count = 0u;  // fixup_tree's repair list (runs after this kernel)
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
@@ -151,13 +139,7 @@ __global__ void __launch_bounds__(256, sizeof(Idx) == 4 ? 6 : 1) flat_maxmin_bwd
     carry[w] = val;  // the segment open at the tile's end
     if (keep_carry(q, t.i1, titems, U)) carry_keep[w] = val;  // fixup_tree overwrites long segments' carries
   }
-  // Walk 2: gradients, in place in the staged tile (own positions only). For
-  // tie = split it also finds the first and the last tied position (tile-relative)
-  // of the tile's two crossing segments (ti == 0: the head's, ti == t.ns: the
-  // carry's): the repair of a listed record then writes those two and re-reads
-  // only what lies between them, and nothing when the local count is <= 2.
-  const bool split = sf.tie == 0;
-  int hlo = INT_MAX, hhi = -1, clo = INT_MAX, chi = -1;
+  // Walk 2: gradients, in place in the staged tile (own positions only).
   ti = ti0;
   tj = tj0;
   items = items0;
@@ -176,49 +158,15 @@ __global__ void __launch_bounds__(256, sizeof(Idx) == 4 ? 6 : 1) flat_maxmin_bwd
       for (int k = 0; k < run; ++k) stat = sf.combine(stat, sf.value(c2, t.j0 + tj + k, t.s_x[spad<Raw>(base + k)]));
     }
     const auto c = maxmin_ctx(bf, t.i0 + ti, Idx(0), stat);
-    if (split && (ti == 0 || ti == t.ns)) {
-      int rlo = INT_MAX, rhi = -1;
-      for (int k = 0; k < run; ++k) {
-        const int sp = spad<Raw>(base + k);
-        const Raw raw = t.s_x[sp];
-        t.s_x[sp] = bf.elem(c, t.j0 + tj + k, raw);
-        if (ops::is_extremum(dacc_t<T>(ld(raw)), c.y)) {  // StatsFn::value's predicate: the counted positions
-          rlo = min(rlo, tj + k);
-          rhi = tj + k;
-        }
-      }
-      if (ti == 0) {
-        hlo = min(hlo, rlo);
-        hhi = max(hhi, rhi);
-      }
-      if (ti == t.ns) {
-        clo = min(clo, rlo);
-        chi = max(chi, rhi);
-      }
-    } else {
-      for (int k = 0; k < run; ++k) {
-        const int sp = spad<Raw>(base + k);
-        t.s_x[sp] = bf.elem(c, t.j0 + tj + k, t.s_x[sp]);
-      }
+    for (int k = 0; k < run; ++k) {
+      const int sp = spad<Raw>(base + k);
+      t.s_x[sp] = bf.elem(c, t.j0 + tj + k, t.s_x[sp]);
     }
     tj += run;
     items -= run;
     if (items > 0) {
       ++ti;
       --items;
-    }
-  }
-  if (split) {  // uniform over the grid
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      hlo = min(hlo, __shfl_xor_sync(kFull, hlo, off));
-      hhi = max(hhi, __shfl_xor_sync(kFull, hhi, off));
-      clo = min(clo, __shfl_xor_sync(kFull, clo, off));
-      chi = max(chi, __shfl_xor_sync(kFull, chi, off));
-    }
-    if (lane == 0) {  // read only for listed records (local count >= 1: lo <= hi < kTile <= 2^16)
-      hpos[w] = (unsigned(hlo) & 0xffffu) | (unsigned(hhi) << 16);
-      cpos[w] = (unsigned(clo) & 0xffffu) | (unsigned(chi) << 16);
     }
   }
   __syncwarp();
@@ -261,35 +209,6 @@ __global__ void __launch_bounds__(256, sizeof(Idx) == 4 ? 6 : 1) flat_maxmin_bwd
   }
 }
 
-// The write side of feat_maxmin_bwd (session 8): BwdFn::elem of a max/min
-// segment with its statistic folded in. Per feature the loop keeps y, the stat
-// and the tied value (g / k for split, g for first/last; 0 for a ghost segment,
-// so every position gets +0 as BwdFn::elem gives it) instead of BwdFn::Ctx's g,
-// y, stat and real; the division runs once per (segment, feature) instead of
-// once per tied position. The same expressions: bitwise the same gi.
-template <class T, class Idx>
-struct MaxminW {
-  dacc_t<T> y, tv;
-  Idx stat;
-};
-template <class T, class Idx>
-__device__ __forceinline__ MaxminW<T, Idx> maxmin_w(const BwdFn<T, Idx>& bf, Idx v, Idx f, Idx stat) {
-  using A = dacc_t<T>;
-  MaxminW<T, Idx> m{A(0), A(0), Idx(-1)};
-  Idx o;
-  if (!bf.map.real(v, o)) return m;
-  const A g = A(ld(bf.g[o * bf.inner + f]));
-  m.y = A(ld(bf.y[o * bf.inner + f]));
-  m.stat = stat;
-  m.tv = bf.tie == 0 ? g / A(stat) : g;
-  return m;
-}
-template <class T, class Idx>
-__device__ __forceinline__ T maxmin_elem(const MaxminW<T, Idx>& m, bool split, Idx j, T raw) {
-  using A = dacc_t<T>;
-  return st<T>(ops::is_extremum(A(ld(raw)), m.y) && (split || j == m.stat) ? m.tv : A(0));
-}
-
 // inner > 1: feat_elementwise's walk; per segment of the tile, the rows are
 // loaded once for the statistic (StatsFn, feat_reduce's order) and once more
 // (the same lane, right after: L1/L2) for the write. Records as feat_reduce's.
@@ -299,10 +218,9 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
                                                        int G, Idx inner, const Idx* __restrict__ tile_i,
                                                        const Idx* __restrict__ tile_j, Idx* __restrict__ carry,
                                                        Idx* __restrict__ carry_keep, Idx* __restrict__ head,
-                                                       Idx titems, Idx U, unsigned* __restrict__ rep_count) {
+                                                       Idx titems, Idx U) {
   using Raw = T;
   using S = Idx;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *rep_count = 0u;  // fixup_tree's repair list (runs after this kernel)
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
@@ -346,10 +264,9 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
 #pragma unroll
       for (int v = 0; v < V; ++v) head[l.w * inner + l.f0 + v] = acc[v];
     }
-    MaxminW<T, Idx> b[V];
+    typename BwdFn<T, Idx>::Ctx b[V];
 #pragma unroll
-    for (int v = 0; v < V; ++v) b[v] = maxmin_w(bf, i, l.f0 + v, acc[v]);
-    const bool split = bf.tie == 0;
+    for (int v = 0; v < V; ++v) b[v] = maxmin_ctx(bf, i, l.f0 + v, acc[v]);
     Idx jj = jb;
     constexpr int UW = V >= 8 ? 2 : 4;  // V = 8 (16-bit): 80 registers (3 blocks per SM) instead of 103 (2)
     for (; jj + UW <= e; jj += UW) {
@@ -360,7 +277,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       for (int u = 0; u < UW; ++u) {
         Vec<Raw, V> o;
 #pragma unroll
-        for (int v = 0; v < V; ++v) o.v[v] = maxmin_elem(b[v], split, jj + u, r[u].v[v]);
+        for (int v = 0; v < V; ++v) o.v[v] = bf.elem(b[v], jj + u, r[u].v[v]);
         *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
       }
     }
@@ -368,58 +285,41 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
       Vec<Raw, V> o;
 #pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = maxmin_elem(b[v], split, jj, r.v[v]);
+      for (int v = 0; v < V; ++v) o.v[v] = bf.elem(b[v], jj, r.v[v]);
       *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
     }
     if (i == i1) break;
   }
 }
 
-// After fixup_tree_rep<StatsFn> (stats[o] = the total of every crossing
-// segment; list = the records whose local view was not the total, see
-// RepairList in src/cuda/segment_kernels.cuh): each entry corrects one tile's
-// part of one crossing segment for one feature. split: re-read that part and
-// write g / k_total to its tied positions (every other position of a max/min
-// segment already holds 0); first/last: the one position the tile wrote g to
-// (its local first/last tied position) is not the winner: 0. inner == 1 (FLAT):
-// one warp per entry; split: the first and last tied positions the fused kernel
-// recorded (hpos/cpos) are written directly and only the positions between them
-// are re-read (none when the local count is <= 2), lanes striding (coalesced);
-// inner > 1: one thread per entry. The grid comes from the list's capacity
-// (capped); the count is read on the device: with random data it is 0 and
-// every block exits at once (no host sync). Entries write disjoint positions.
+// After fixup_tree<StatsFn> (stats[o] = the total of every crossing segment):
+// the tile's crossing segments are corrected where its local record was not the
+// total (see the header comment). inner == 1 (FLAT): one warp per tile, the
+// lanes stride over the re-scanned positions (coalesced); inner > 1: one thread
+// per (tile, feature), at most kFeatItems rows each, consecutive features in
+// consecutive lanes. Only tied positions are rewritten (every other position of
+// a max/min segment already holds 0). Each tile writes only its own positions.
 template <bool FLAT, class T, class Idx>
 __global__ void __launch_bounds__(256) maxmin_repair(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                      T* __restrict__ gi, const Idx* __restrict__ q,
                                                      const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
-                                                     Idx inner, const Idx* __restrict__ list,
-                                                     const unsigned* __restrict__ count,
-                                                     const Idx* __restrict__ stats,
-                                                     const unsigned* __restrict__ hpos,
-                                                     const unsigned* __restrict__ cpos) {
+                                                     Idx W, Idx U, Idx inner, Idx titems, const Idx* __restrict__ carry,
+                                                     const Idx* __restrict__ carry_keep,
+                                                     const Idx* __restrict__ head, const Idx* __restrict__ stats) {
   using A = dacc_t<T>;
   const int lane = FLAT ? int(threadIdx.x & 31) : 0;
   const int step = FLAT ? 32 : 1;
+  const int64_t total = int64_t(W) * int64_t(inner);
   const int64_t first = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / step;
-  const int64_t n = int64_t(*count);
-  if (first >= n) return;  // the common case: nothing to repair
   const int64_t stride = int64_t(gridDim.x) * blockDim.x / step;
-  auto fix = [&](Idx t, Idx f, Idx r, Idx jb, Idx je, const unsigned* pos, Idx w) {
-    if (r == sf.identity()) return;  // never listed (no tie in this tile's part)
+  auto fix = [&](Idx t, Idx f, Idx r, Idx jb, Idx je) {
+    if (r == sf.identity()) return;  // no tie in this tile's part (ghost segments: always)
     Idx o;
     if (!bf.map.real(t, o)) return;
     const Idx R = stats[o * inner + f];
-    if (r == R) return;  // never listed (the local view was the whole one)
+    if (r == R) return;  // the local view was the whole one
     const auto c = maxmin_ctx(bf, t, f, R);
     if (sf.tie == 0) {
-      if constexpr (FLAT) {  // the tile's first and last tied positions of t (flat_maxmin_bwd's walk 2)
-        const unsigned pk = pos[w];
-        const Idx jl = tile_j[w] + Idx(pk & 0xffffu), jh = tile_j[w] + Idx(pk >> 16);
-        if (lane == 0) gi[jl * inner + f] = bf.elem(c, jl, x[jl * inner + f]);
-        if (lane == 1 && jh != jl) gi[jh * inner + f] = bf.elem(c, jh, x[jh * inner + f]);
-        jb = jl + 1;
-        je = r > 2 ? jh : jb;  // k <= 2: no tied position between them
-      }
       for (Idx j = jb + Idx(lane); j < je; j += Idx(step)) {
         const T xv = x[j * inner + f];
         if (ops::is_extremum(A(ld(xv)), c.y)) gi[j * inner + f] = bf.elem(c, j, xv);
@@ -428,17 +328,15 @@ __global__ void __launch_bounds__(256) maxmin_repair(StatsFn<T, Idx> sf, BwdFn<T
       gi[r * inner + f] = bf.elem(c, r, x[r * inner + f]);  // tied, not the winner: 0
     }
   };
-  for (int64_t id = first; id < n; id += stride) {  // uniform over a warp (FLAT)
-    const Idx code = list[2 * id], r = list[2 * id + 1];
-    const Idx rec = code >> 1;
-    const Idx w = rec / inner;
-    const Idx f = rec - w * inner;
-    if (code & 1) {  // carry: the segment open at w's end, from its start or w's
-      const Idx t = tile_i[w + 1], b = q[t], j0 = tile_j[w];
-      fix(t, f, r, b > j0 ? b : j0, tile_j[w + 1], cpos, w);
-    } else {  // head: began in an earlier tile, ends in w
-      const Idx t = tile_i[w];
-      fix(t, f, r, tile_j[w], q[t + 1], hpos, w);
+  for (int64_t id = first; id < total; id += stride) {
+    const Idx w = Idx(id / int64_t(inner));
+    const Idx f = Idx(id - int64_t(w) * int64_t(inner));
+    const Idx i0 = tile_i[w], i1 = tile_i[w + 1], j0 = tile_j[w], j1 = tile_j[w + 1];
+    if (i1 > i0 && q[i0] < j0) fix(i0, f, head[w * inner + f], j0, q[i0 + 1]);  // began earlier, ends in w
+    if (i1 < U) {                                                                // open at w's end
+      const Idx b = q[i1];
+      const Idx* rec = keep_carry(q, i1, titems, U) ? carry_keep : carry;  // short: fixup_tree left it
+      fix(i1, f, rec[w * inner + f], b > j0 ? b : j0, j1);
     }
   }
 }

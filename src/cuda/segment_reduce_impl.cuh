@@ -244,19 +244,13 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
   Idx* carry = c.arena->take<Idx>(g.workers * c.inner);
   Idx* head = c.arena->take<Idx>(g.workers * c.inner);
   Idx* keep = c.arena->take<Idx>(g.workers * c.inner);
-  const int64_t rep_cap = 2 * g.workers * c.inner;  // every head and every carry
-  Idx* rep_list = c.arena->take<Idx>(2 * rep_cap);
-  unsigned* rep_count = c.arena->take<unsigned>(1);  // zeroed by the fused kernel
-  unsigned* hpos = g.flat ? c.arena->take<unsigned>(g.workers) : nullptr;  // flat, split: tied positions
-  unsigned* cpos = g.flat ? c.arena->take<unsigned>(g.workers) : nullptr;
   if (g.flat) {
     auto k = flat_maxmin_bwd<T, Idx>;
     const size_t spw = flat_smem_per_warp<T, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_maxmin_bwd");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
     k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(sf, bf, x, gi, q, W, Idx(g.positions), tile_i, tile_j,
-                                                                carry, keep, head, Idx(g.items), Idx(g.segs),
-                                                                rep_count, hpos, cpos);
+                                                                carry, keep, head, Idx(g.items), Idx(g.segs));
     check_launch("flat_maxmin_bwd");
     record(c.path, grid, block);
   } else {
@@ -265,25 +259,20 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
     const int block = viable_block(k, g.block, 0, g.group, "feat_maxmin_bwd");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
     k<<<unsigned(grid), block, 0, c.stream>>>(sf, bf, x, gi, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
-                                              carry, keep, head, Idx(g.items), Idx(g.segs), rep_count);
+                                              carry, keep, head, Idx(g.items), Idx(g.segs));
     check_launch("feat_maxmin_bwd");
     record(c.path, grid, block);
   }
   int FX = 1;
   while (FX < 32 && FX < c.inner) FX *= 2;
-  launch_coop(fixup_tree_rep<StatsFn<T, Idx>, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup_tree", sf,
-              q, tile_i, tile_j, W, Idx(g.items), inner, FX, carry, static_cast<const Idx*>(head),
-              static_cast<Idx*>(c.long_list), c.long_count,
-              RepairList<Idx>{static_cast<const Idx*>(keep), rep_list, rep_count});
-  // The repair over the list: a grid for its capacity, capped (a grid-stride
-  // loop covers the rest); the count is read on the device.
-  constexpr int64_t kRepairMaxBlocks = 1024;
-  const int64_t rgrid = std::min<int64_t>(detail::ceil_div(rep_cap * (g.flat ? 32 : 1), 256), kRepairMaxBlocks);
+  launch_coop(fixup_tree<StatsFn<T, Idx>, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup_tree", sf, q,
+              tile_i, tile_j, W, Idx(g.items), inner, FX, carry, static_cast<const Idx*>(head),
+              static_cast<Idx*>(c.long_list), c.long_count);
+  const int64_t rgrid = detail::ceil_div(g.workers * c.inner * (g.flat ? 32 : 1), 256);
   auto rk = g.flat ? maxmin_repair<true, T, Idx> : maxmin_repair<false, T, Idx>;
-  rk<<<unsigned(rgrid), 256, 0, c.stream>>>(sf, bf, x, gi, q, tile_i, tile_j, inner,
-                                            static_cast<const Idx*>(rep_list), static_cast<const unsigned*>(rep_count),
-                                            stats, static_cast<const unsigned*>(hpos),
-                                            static_cast<const unsigned*>(cpos));
+  rk<<<unsigned(rgrid), 256, 0, c.stream>>>(sf, bf, x, gi, q, tile_i, tile_j, W, Idx(g.segs), inner, Idx(g.items),
+                                            static_cast<const Idx*>(carry), static_cast<const Idx*>(keep),
+                                            static_cast<const Idx*>(head), stats);
   check_launch("maxmin_repair");
   record(c.path, rgrid, 256);
 }
@@ -300,9 +289,7 @@ size_t run_scratch_bytes(const LaunchCtx& c, Direction dir, Reduce reduce) {
   if (dir == Direction::Fwd) return 2 * Arena::bytes<A>(tiles);
   if (reduce == Reduce::Prod) return sizeof(D) < sizeof(A) ? Arena::bytes<A>(c.outer * c.L * c.inner) : 0;
   if (reduce == Reduce::Max || reduce == Reduce::Min)
-    return Arena::bytes<Idx>(c.outer * c.S * c.inner) + 3 * Arena::bytes<Idx>(tiles) +  // stats; carry, head, keep
-           Arena::bytes<Idx>(4 * tiles) + Arena::bytes<unsigned>(1) +                    // repair list, its count
-           2 * Arena::bytes<unsigned>(c.geo.workers);                                    // flat: tied positions
+    return Arena::bytes<Idx>(c.outer * c.S * c.inner) + 3 * Arena::bytes<Idx>(tiles);  // stats; carry, head, keep
   return 0;
 }
 

@@ -215,8 +215,11 @@ TEST(CudaSegmentReduceMaxBwd, RandomTiesEverywhere) {
       }
 }
 
-// Session 8: the repair runs over fixup_tree's list of the records whose local
-// view differs from the total (RepairList). Boundaries of that list:
+// Session 8 (helper H14): boundaries of a list-based repair (fixup_tree listing
+// the records whose local view differs from the total). That implementation was
+// measured slower on the flat rows and reverted the same session (bench/NOTES.md,
+// "Session 8, measured"); these cases test results only, so they stay, against
+// whichever repair runs. The boundaries:
 //   no crossing segment at all (one tile): the list stays empty;
 //   every record listed: all-equal segments just over a tile long, so every
 //   tile holds the tied end of one segment and the tied start of the next (the
