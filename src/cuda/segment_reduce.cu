@@ -138,9 +138,9 @@ struct ScanOp {
 constexpr int kPrepBlock = 256;
 constexpr int kPrepIpt = 4;                              // items per thread per round of phase 0
 constexpr int64_t kPrepTile = kPrepBlock * kPrepIpt;     // items per block and round of phase 0
-// One block-scan tile per scan block wherever the cooperative grid holds enough
-// blocks (v4 took 4): each pass over the metadata is then one dependent round of
-// loads per block instead of four.
+// Scan blocks get ~kPrepTile metadata items each where the cooperative grid holds
+// enough blocks (v4 took 4 tiles per block): phase 0 is then one round of loads
+// per block, and the warp walk of phases 1-2 ~1 group of kPrepSteps steps per warp.
 constexpr int64_t kPrepItemsPerBlock = kPrepTile;        // target metadata items per scan block
 constexpr int kPrepWarps = kPrepBlock / 32;
 constexpr int kPrepSteps = 4;  // warp steps of 32 items whose loads are in flight together (phases 1-2)
