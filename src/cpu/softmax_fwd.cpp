@@ -4,7 +4,9 @@
 //
 // Paths (src/core/registry.cpp; log_softmax has the same two under its own op name):
 //   softmax.fwd.cpu.lastdim.i64   inner == 1: a row is D contiguous values, reduced
-//       in blocks of plan.chunk values (max, then exps), written in one more pass.
+//       in blocks of plan.chunk values (max, then exps), written in one more pass;
+//       rows of at most 16 vectors (8 on AVX2 / SSE2) are held in registers instead
+//       (lastdim_short), rows of 16-bit values of >= 1024 take a fused pass (lastdim16).
 //   softmax.fwd.cpu.spatial.i64   inner > 1: a work item is one outer index and a
 //       tile of W = plan.chunk columns, the reduced values of a column `inner`
 //       apart; every inner loop runs along the W contiguous columns.
@@ -18,6 +20,8 @@
 
 #include <omp.h>
 #include <unistd.h>
+
+#include <utility>  // std::index_sequence (the short-row kernel's lane reductions)
 
 namespace segred::cpu {
 namespace {

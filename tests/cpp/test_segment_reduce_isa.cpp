@@ -197,6 +197,47 @@ TEST_P(SegmentReduceIsa, ShortRunsMixedWithLongAtBlockBoundariesEveryBuild) {
   });
 }
 
+// Rows of a multiple of every build's kVF features (16, 128; 48 batched): the backward's
+// sum/mean fills and tie=split writes take whole short segments a vector of
+// features at a time straight to grad_input (sr_fill_wide, sr_tie_wide), streamed
+// or not; lengths 0..33 around a long segment (> the piece rows: phase 2's),
+// batched rows with rows outside every segment, NaN / +-inf at random places.
+TEST_P(SegmentReduceIsa, WideFeatureRowsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (int64_t f : {16, 128}) {
+    const int64_t piece = std::max<int64_t>(64, (int64_t(1) << 16) / f);
+    std::vector<int64_t> lens = {0, 1, 2, 0, 3, 15, 16, 17, 1, 0, 33, 5, piece + 3, 2, 0, 7, 1};
+    const int64_t L = sum_of(lens);
+    SCOPED_TRACE(::testing::Message() << "features " << f << ", L " << L);
+    for_each_isa_and_store([&] {
+      const Layout lay = from_lengths({L, f}, 0, {lens});
+      for (const char* r : {"sum", "mean", "max", "min"}) {
+        std::vector<double> x = random_data(rng, L * f, r, t);
+        std::uniform_int_distribution<int64_t> pos(0, L * f - 1);
+        for (double special : {kNaN, kInf, -kInf})
+          for (int k = 0; k < 10; ++k) x[size_t(pos(rng))] = special;
+        check_reduce(lay, t, r, x, rng, {false, true, false});
+      }
+    });
+  }
+  for (int64_t f : {48}) {
+    std::vector<int64_t> o0 = {3}, o1 = {0};
+    for (int64_t k = 0; k < 60; ++k) {
+      o0.push_back(o0.back() + (k * 5) % 19);
+      o1.push_back(o1.back() + (k * 11 + 3) % 23);
+    }
+    const int64_t L2 = std::max(o0.back(), o1.back()) + 4;
+    SCOPED_TRACE(::testing::Message() << "batched, features " << f);
+    for_each_isa_and_store([&] {
+      const Layout lay = from_offsets({2, L2, f}, 1, {o0, o1});
+      for (const char* r : {"sum", "mean", "max", "min"}) check_reduce(lay, t, r, random_data(rng, 2 * L2 * f, r, t), rng);
+    });
+  }
+}
+
 // The flat forward reduces kVF segments at once, and rows of 2/4/8 features
 // kVF / inner segments at once (segment_reduce_isa_fwd.inc, sr_flat_block /
 // sr_narrow_block: per-segment vector loops, then one batched lane tree, start

@@ -341,7 +341,8 @@ TYPED_TEST(SoftmaxDtype, LongRowsAcrossBlocksAgainstReference) {
 // multiples of every build (4, 8, 16 lanes), and rows of several blocks with the
 // max rising within the margin in one block and past it in a later one: every
 // ISA build, both store modes, against the float64 reference. (Float32 and
-// float64 take the two-pass kernel: the same rows check it.)
+// float64 take the two-pass kernel, and rows of up to 16 vectors of every type
+// but float64 the short-row kernel: the same rows check them.)
 TYPED_TEST(SoftmaxDtype, LastdimSpeculativeBasesEveryIsaAndStoreMode) {
   IsaAndStreamScope restore;
   Rng rng;
@@ -369,9 +370,12 @@ TYPED_TEST(SoftmaxDtype, LastdimSpeculativeBasesEveryIsaAndStoreMode) {
       SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << (mode == 2 ? ", streaming stores" : ""));
       cpu::softmax_isa_cap() = int(isa);
       cpu::softmax_stream_mode() = mode;
-      // Rows of D >= 1024 (kFusedMinD) take the fused kernel, shorter ones the
-      // two-pass kernel with exp16: lengths around vector multiples of both.
-      for (int64_t D : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257, 1023, 1024, 1025,
+      // Rows of D >= 1024 (kFusedMinD) take the fused kernel, rows of at most 16
+      // vectors (8 on AVX2 / SSE2) the short-row kernel in registers (session 9;
+      // every type but float64), the others the two-pass kernel with exp16:
+      // lengths around vector multiples of all three.
+      for (int64_t D : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 256,
+                        257, 1023, 1024, 1025,
                         1027, 1028, 1029, 1031, 1032, 1033, 1039, 1040, 1041, 1055, 1057}) {
         std::vector<double> x;
         for (int k = 0; k < kKinds; ++k) {
