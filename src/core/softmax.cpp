@@ -31,6 +31,12 @@ namespace {
 // -> 12.1 GB/s against W = 1024); past that the tile of exps kept near 4 MiB
 // but at least 256 columns wide (1 KiB rows: [8192, 8192] dim 0 8.7 -> 9.6
 // GB/s against W = 128).
+// The backward with D <= 512 (session 9, development machine, W alternated in one
+// process, bench/cpu_softmax_tile_sweep.cpp): rows of 1 KiB, W = 1024 B / the
+// element size (256 float32, 512 16-bit), [64, 256, 56, 56] float16 41.7-42.7 ->
+// 27.1-29.6 ms, float32 54.7-83.1 -> 35.3-42.6 ms against W = 128; float16 at W =
+// 256 (512 B rows) gained nothing, so the row length is the rule, not the tile:
+// the [D, W] tiles of g and y, <= 1 MiB, still stay in L2 for the write pass.
 constexpr int64_t kL1Block = 16 * 1024;
 constexpr int64_t kTileCols = 128;
 constexpr int64_t kLongDim = 512;
@@ -38,6 +44,7 @@ constexpr int64_t kWideCols = 1024;
 constexpr int64_t kLongTileBytes = int64_t(4) << 20;
 constexpr int64_t kL2TileBytes = int64_t(1) << 20;
 constexpr int64_t kL3TileMinCols = 256;
+constexpr int64_t kBwdRowBytes = 1024;
 
 const char* op_name(bool log, Direction d) {
   if (d == Direction::Fwd) return log ? "log_softmax" : "softmax";
@@ -73,7 +80,8 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 // W = 128, 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile
 // (the backward: W = 1024, 128 items). Over dim 0 of [8192, 8192]: 8192 * 128 *
 // 8 B > 1 MiB: W = 4 MiB / (4 B * 8192) = 128 -> at least 256. Over dim 1 of
-// [64, 256, 56, 56]: W = 128. Over dim -1 of [16384, 4096]: lastdim, blocks of
+// [64, 256, 56, 56]: W = 128 (the backward: rows of 1 KiB, W = 256 in float32, 512 in
+// 16-bit types). Over dim -1 of [16384, 4096]: lastdim, blocks of
 // 16 KiB / 4 B = 4096.
 Plan plan_softmax(const SoftmaxProblem& p) {
 #ifdef SEGRED_WITH_CUDA
@@ -108,7 +116,7 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
   } else {
-    int64_t w = kTileCols;
+    int64_t w = fwd ? kTileCols : std::max(kTileCols, kBwdRowBytes / es);
     if (p.dim_size > kLongDim) {
       const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
       if (!fwd) w = kWideCols;

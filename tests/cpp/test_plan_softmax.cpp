@@ -104,9 +104,14 @@ TEST(SoftmaxPlan, ChunkRules) {
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::Float64).chunk, 2048);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::BFloat16).chunk, 8192);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Bwd).chunk, 0);
-  // D <= 512: 128 columns, both directions.
+  // D <= 512: 128 columns forward; the backward's rows 1 KiB long (at least 128 columns).
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1).chunk, 128);
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 128);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Fwd, false, DType::Float16).chunk, 128);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 256);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, true, DType::Float16).chunk, 512);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::BFloat16).chunk, 512);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::Float64).chunk, 128);
+  EXPECT_EQ(plan_for({64, 512, 300}, 1, Direction::Bwd, false, DType::Float16).chunk, 300);  // never wider than inner
   // D > 512: rows of 1024 columns (backward). The forward: 128 columns while the
   // [D, 128] tiles of x and of the exps fit in 1 MiB, else the tile of exps ~4 MiB
   // and at least 256 columns.
