@@ -490,37 +490,13 @@ __device__ __forceinline__ void flat_lane_split(const E* s_e, int ns, int ne, in
 // Every segment sees the old combine sequence (identity, then its positions in
 // order), `first`, the open partial and the segment index are the old ones:
 // bitwise the old results. On return ti is the lane's open segment and items 0.
-template <class Fn>
-constexpr bool kFlatFixedWalk = std::is_empty<typename Fn::Ctx>::value;
-
-template <class Fn, class Raw, class Idx, class A, class C>
-__device__ __forceinline__ void flat_walk_fixed(const Fn& fn, const C& c, const FlatTile<Raw, Idx>& t, int& ti, int& tj,
-                                                int& items, A& acc, A& first, bool& done_first) {
+// The lane's kIpl position slots from staged index b (the tile's o + tj), in
+// order: f(k, value of position k). Slots past the lane's positions are read
+// too (they lie inside the warp's shared block: at most kIpl + 2 elements past
+// the staged tile's end; s_e follows s_x); the caller decides what to combine.
+template <class Raw, class Idx, class F>
+__device__ __forceinline__ void flat_lane_slots(const FlatTile<Raw, Idx>& t, int b, F&& f) {
   constexpr int IPL = kIpl<Raw>;
-  static_assert(IPL <= 32, "one bit per slot");
-  unsigned rst = 0;
-  int nel = 0;
-  while (ti + nel < t.ns) {
-    const int r = int(t.s_e[ti + nel]) - tj;  // >= 0 (merge path: s_e[ti] >= tj)
-    if (r + nel >= items) break;              // the end's merge item is past the lane's
-    rst |= 1u << r;                            // r + nel < items <= IPL
-    ++nel;
-  }
-  const int np = items - nel;
-  const int b = t.o + tj;  // staged index of the lane's first position
-  const Idx jl = t.j0 + Idx(tj);
-  // `done`: the partial that the last reset dropped (the lane's first segment's
-  // when nel == 1; nel >= 2 re-walks it below).
-  A done = acc;
-  auto step = [&](int k, Raw xr) {
-    if ((rst >> k) & 1u) {
-      done = acc;
-      acc = fn.identity();
-    }
-    if (k < np) acc = fn.combine(acc, fn.value(c, jl + k, xr));
-  };
-  // Slots k >= np are read but not combined: they lie inside the warp's shared
-  // block (at most IPL + 2 elements past the staged tile's end; s_e follows s_x).
   if constexpr (sizeof(Raw) == 2) {
     // Words of staged pairs (2m, 2m + 1) from eb = b rounded down to even: word
     // w holds staged elements eb + 2 w, eb + 2 w + 1 (pairs never straddle a
@@ -539,8 +515,8 @@ __device__ __forceinline__ void flat_walk_fixed(const Fn& fn, const C& c, const 
 #pragma unroll
     for (int w = 0; w < IPL / 2; ++w) {
       const uint32_t pr = __funnelshift_r(wd[w], wd[w + 1], sh);  // positions 2 w, 2 w + 1
-      step(2 * w, raw_from_bits<Raw>(uint16_t(pr & 0xffffu)));
-      step(2 * w + 1, raw_from_bits<Raw>(uint16_t(pr >> 16)));
+      f(2 * w, raw_from_bits<Raw>(uint16_t(pr & 0xffffu)));
+      f(2 * w + 1, raw_from_bits<Raw>(uint16_t(pr >> 16)));
     }
   } else {
     // IPL + kPad slots from s0 with immediate offsets; slot k is v[k], or
@@ -552,8 +528,53 @@ __device__ __forceinline__ void flat_walk_fixed(const Fn& fn, const C& c, const 
 #pragma unroll
     for (int k = 0; k <= IPL; ++k) v[k] = s0[k];
 #pragma unroll
-    for (int k = 0; k < IPL; ++k) step(k, k >= lim ? v[k + 1] : v[k]);
+    for (int k = 0; k < IPL; ++k) f(k, k >= lim ? v[k + 1] : v[k]);
   }
+}
+
+template <class Fn>
+constexpr bool kFlatFixedWalk = std::is_empty<typename Fn::Ctx>::value;
+
+template <class Fn, class Raw, class Idx, class A, class C>
+__device__ __forceinline__ void flat_walk_fixed(const Fn& fn, const C& c, const FlatTile<Raw, Idx>& t, int& ti, int& tj,
+                                                int& items, A& acc, A& first, bool& done_first) {
+  constexpr int IPL = kIpl<Raw>;
+  static_assert(IPL <= 32, "one bit per slot");
+  // A full tile without a segment end (warp-uniform: the tile's coordinates):
+  // every lane holds IPL positions of the one open segment, so the walk is the
+  // plain fold over the same slots in the same order (bitwise the general walk
+  // with rst = 0, np = IPL), without its per-slot reset test and k < np
+  // predicate: ~2 instructions per element instead of ~5 (session 8's readings of
+  // H13: the long-segment rows lost 5-17% to that predicate work). Nearly every
+  // tile of a long segment takes it (64 x 1M: 2047 of 2048 per segment).
+  if (t.ns == 0 && t.ne == kTile<Raw>) {
+    const Idx jl = t.j0 + Idx(tj);
+    flat_lane_slots(t, t.o + tj, [&](int k, Raw xr) { acc = fn.combine(acc, fn.value(c, jl + k, xr)); });
+    tj += items;
+    items = 0;
+    return;
+  }
+  unsigned rst = 0;
+  int nel = 0;
+  while (ti + nel < t.ns) {
+    const int r = int(t.s_e[ti + nel]) - tj;  // >= 0 (merge path: s_e[ti] >= tj)
+    if (r + nel >= items) break;              // the end's merge item is past the lane's
+    rst |= 1u << r;                            // r + nel < items <= IPL
+    ++nel;
+  }
+  const int np = items - nel;
+  const int b = t.o + tj;  // staged index of the lane's first position
+  const Idx jl = t.j0 + Idx(tj);
+  // `done`: the partial that the last reset dropped (the lane's first segment's
+  // when nel == 1; nel >= 2 re-walks it below).
+  A done = acc;
+  flat_lane_slots(t, b, [&](int k, Raw xr) {
+    if ((rst >> k) & 1u) {
+      done = acc;
+      acc = fn.identity();
+    }
+    if (k < np) acc = fn.combine(acc, fn.value(c, jl + k, xr));
+  });
   first = done;
   if (nel >= 2) {  // rare: segments wholly inside the lane (the lane's ends 1 .. nel - 1)
     auto walk = [&](int p0, int p1) {

@@ -411,7 +411,8 @@ TEST_P(CudaSegmentReduce, FlatFixedWalkLaneAndTileEdges) {
   std::vector<std::vector<int64_t>> patterns;
   for (int64_t n : {ipl - 1, ipl, ipl + 1, 2 * ipl - 1, 2 * ipl, ipl / 2 - 1, ipl / 2})
     patterns.push_back(std::vector<int64_t>(size_t(3 * tile / (n + 1) + 7), n));
-  patterns.push_back({tile - 1, tile - 1, tile, tile - 2, 0, tile - 1, 1, 2 * tile - 2, 0, 0, tile});
+  // 3 tile + 5: whole tiles without a segment end (flat_walk_fixed's plain fold)
+  patterns.push_back({tile - 1, tile - 1, tile, tile - 2, 0, tile - 1, 1, 2 * tile - 2, 0, 0, tile, 3 * tile + 5});
   {
     std::vector<int64_t> v;  // several ends per lane, empty runs, ends at slot 0 and at the lane's last slot
     for (int64_t k = 0; v.size() < size_t(2 * tile); ++k) {
