@@ -317,7 +317,7 @@ TEST_P(CudaSegmentReduce, SegmentsAroundTheLongFixupThreshold) {
 // at or before its first position when data (and, backward, grad_input) are
 // 16-byte aligned, element by element otherwise. Every tile phase (j0 mod the
 // vector width) occurs; the tensor's last vector is partial (L odd); empty
-// segments, NaN, ties and gradients of every sign are in the data. Aligned: the
+// segments, a long one, NaN, ties and gradients of every sign are in the data. Aligned: the
 // reference and the CPU (check_cuda); misaligned data, grad_input or both: the
 // same bits as aligned (same tiles, same combine order, other staging).
 TEST_P(CudaSegmentReduce, FlatVectorStagingMatchesScalar) {
@@ -330,8 +330,12 @@ TEST_P(CudaSegmentReduce, FlatVectorStagingMatchesScalar) {
   const int es = dtype_size(t);
   for (int64_t L : {int64_t(4093), int64_t(20011)}) {
     SCOPED_TRACE(L);
-    std::vector<int64_t> lens = random_lengths(rng, L, 70);
+    // Session 10: one segment of 3 x 1024 + 5 (whole tiles without a segment end in
+    // every dtype: flat_reduce's plain fold, flat_elementwise's fill of sum/mean).
+    constexpr int64_t kLong = 3 * 1024 + 5;
+    std::vector<int64_t> lens = random_lengths(rng, L - kLong, 70);
     lens.insert(lens.begin() + int64_t(lens.size() / 2), {0, 0, 0});  // an empty run mid-tensor
+    lens.insert(lens.begin() + int64_t(lens.size() / 3), kLong);
     const Layout lay = from_lengths({L}, 0, {lens});
     const Tensor meta = dev(lay.meta());
     const Segments seg = dev_segments(lay, meta);
