@@ -596,6 +596,77 @@ __device__ __forceinline__ void flat_walk_fixed(const Fn& fn, const C& c, const 
   items = 0;
 }
 
+// Warp segmented inclusive scan of (open segment, partial) in lane order; keys
+// are monotone. Lane l returns the combine of the partials of lanes <= l with its key.
+template <class Fn, class Idx, class A>
+__device__ __forceinline__ A flat_warp_scan(const Fn& fn, Idx key, A val, int lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const Idx k2 = __shfl_up_sync(kFull, key, off);
+    const A v2 = __shfl_up_sync(kFull, val, off);
+    if (lane >= off && k2 == key) val = fn.combine(v2, val);
+  }
+  return val;
+}
+
+// Session 10: a full 16-bit tile without a segment end, read straight from x
+// (16-byte aligned) into registers, without the shared-memory staging: lane l
+// folds positions j0 + 32 l .. j0 + 32 l + 31 in order, exactly the slots
+// flat_walk_fixed's plain fold combines, so the partials and the warp scan after
+// them are bitwise the staged path's. The lane's 32 positions start o = j0 mod 8
+// elements into the aligned vector at jb + 32 l (jb = j0 - o): five 16-byte loads
+// (the fifth only when o > 0) give 20 words, and position pair m is the funnel
+// shift of words m + o / 2 and m + o / 2 + 1 by 16 (o & 1) bits; o is the same
+// for the whole warp, so the word offset is a uniform switch over 4 unrolled
+// copies instead of a register index. ncu at c29931d (1d_64x1M bf16 sum fwd):
+// flat_reduce issue-bound (~19 warp instructions per element of a lane, SM 76%,
+// DRAM 62%), the staging and its shared stores and loads a large part of them.
+template <int C, class Fn, class Idx, class Raw, class A, class Ctx>
+__device__ __forceinline__ void flat_fold_words(const Fn& fn, const Ctx& c, const uint32_t (&wd)[20], unsigned sh,
+                                                Idx jl, A& acc) {
+#pragma unroll
+  for (int m = 0; m < 16; ++m) {
+    const uint32_t pr = __funnelshift_r(wd[m + C], wd[m + C + 1], sh);
+    acc = fn.combine(acc, fn.value(c, jl + Idx(2 * m), raw_from_bits<Raw>(uint16_t(pr & 0xffffu))));
+    acc = fn.combine(acc, fn.value(c, jl + Idx(2 * m + 1), raw_from_bits<Raw>(uint16_t(pr >> 16))));
+  }
+}
+template <class Fn, class Raw, class Idx, class A, class Ctx>
+__device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
+                                                 Idx nel, int lane, A& acc) {
+  static_assert(sizeof(Raw) == 2 && kIpl<Raw> == 32, "16-bit tiles: 32 positions per lane");
+  const int o = int(j0 % Idx(8));
+  const Idx jb = j0 - Idx(o) + Idx(32 * lane);  // 16-byte aligned (x is)
+  uint32_t wd[20];
+#pragma unroll
+  for (int r = 0; r < 5; ++r) {
+    uint4 b = make_uint4(0u, 0u, 0u, 0u);
+    if (r < 4 || o > 0) {
+      if (jb + Idx(8 * r + 8) <= nel) {
+        b = *reinterpret_cast<const uint4*>(x + jb + Idx(8 * r));
+      } else {  // the tensor's last vector: the positions before nel only (the tile's lie there)
+        uint16_t e[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int k = 0; k < 8; ++k)
+          if (jb + Idx(8 * r + k) < nel) e[k] = bits_of(x[jb + Idx(8 * r + k)]);
+        b = make_uint4(e[0] | uint32_t(e[1]) << 16, e[2] | uint32_t(e[3]) << 16, e[4] | uint32_t(e[5]) << 16,
+                       e[6] | uint32_t(e[7]) << 16);
+      }
+    }
+    wd[4 * r] = b.x;
+    wd[4 * r + 1] = b.y;
+    wd[4 * r + 2] = b.z;
+    wd[4 * r + 3] = b.w;
+  }
+  const unsigned sh = unsigned(o & 1) * 16u;
+  const Idx jl = j0 + Idx(32 * lane);
+  switch (o >> 1) {
+    case 0: flat_fold_words<0, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
+    case 1: flat_fold_words<1, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
+    case 2: flat_fold_words<2, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
+    default: flat_fold_words<3, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
+  }
+}
+
 // Blocks of 256 per SM that flat_reduce (32-bit indices) asks registers for:
 // the shared memory per warp allows 8 (fp32), 6 (16-bit), 5 (8-byte). Without
 // the bound the unrolled walk takes 40 (fp32) / 47 (bf16) registers, i.e. 48 /
@@ -615,6 +686,16 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
+  if constexpr (kFlatFixedWalk<Fn> && sizeof(Raw) == 2) {
+    const Idx i0 = tile_i[w], j0 = tile_j[w];
+    if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) && aligned16_dev(x)) {  // warp-uniform
+      A acc = fn.identity();
+      flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+      const A val = flat_warp_scan(fn, i0, acc, lane);  // one open segment: the plain scan
+      if (lane == 31) carry[w] = val;
+      return;
+    }
+  }
   const auto t = flat_stage<Raw, Idx>(x, true, kFlatVec<Raw> && aligned16_dev(x), nel, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
   int ti, tj, items;
@@ -670,15 +751,8 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
     }
   }
   }
-  // Warp segmented inclusive scan of (open segment, partial); keys are monotone.
-  Idx key = t.i0 + ti;
-  A val = acc;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const Idx k2 = __shfl_up_sync(kFull, key, off);
-    const A v2 = __shfl_up_sync(kFull, val, off);
-    if (lane >= off && k2 == key) val = fn.combine(v2, val);
-  }
+  const Idx key = t.i0 + ti;
+  const A val = flat_warp_scan(fn, key, acc, lane);
   Idx kin = __shfl_up_sync(kFull, key, 1);
   const A vin = __shfl_up_sync(kFull, val, 1);
   if (lane == 0) kin = -1;
