@@ -393,6 +393,35 @@ TEST_P(CudaSegmentReduce, FlatVectorStagingMatchesScalar) {
 #endif
 }
 
+// Session 10: 16-bit flat_reduce reads a full tile without a segment end straight
+// from x, lane l's 32 positions from the 16-byte vector at or before them (o = j0
+// mod 8 elements in; a fifth vector when o > 0). e segments of length 1 and then
+// one of k tiles - 2 e: the last full tile ends exactly at the tensor's end, with
+// o = -e mod 8 over e = 1..8, so lane 31's fifth vector reaches past the tensor
+// (read element by element up to its end). Forward against the reference and the
+// CPU, backward too (check_cuda); the misaligned-data twin is the vector-staging
+// test above.
+TEST_P(CudaSegmentReduce, FlatDirectTilesAtTheTensorEnd) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  const int64_t tile = dtype_size(t) == 2 ? 1024 : 512;
+  for (int64_t k : {2, 3})
+    for (int64_t e = 1; e <= 8; ++e) {
+      std::vector<int64_t> lens(size_t(e), 1);
+      lens.push_back(k * tile - 2 * e);
+      int64_t L = 0;
+      for (auto n : lens) L += n;
+      SCOPED_TRACE(::testing::Message() << "k " << k << " e " << e << " L " << L);
+      const Layout lay = from_lengths({L}, 0, {lens});
+      for (const char* r : {"sum", "max", "min"}) check_cuda(lay, t, r, random_data(rng, L, r, t), rng);
+    }
+#endif
+}
+
 // Session 8: flat_reduce walks a lane's merge items as a fixed, predicated loop
 // over its kIpl position slots (segment ends as bits, the pad as a select, the
 // segments that begin and end inside one lane re-walked). Layouts that put
