@@ -23,7 +23,8 @@
 // segments of its block (rewritten next, in order): see the phase-1 loop. In phase
 // 1, flat sum/mean/tie=split and sum/mean on rows of 2/4(/8) features write each
 // run of consecutive short segments in one go (sr_run: vectors composed across
-// segment boundaries, streamed straight to grad_input when it is large).
+// segment boundaries, streamed straight to grad_input when it is large; flat
+// float16 / bfloat16 runs: sr_run16, the same composed in 16-bit lanes).
 #include "src/cpu/softmax_isa.h"  // first: the per-ISA build machinery of the CPU kernels
 
 #include <cmath>

@@ -14,7 +14,8 @@
 // with the softmax kernels' machinery (softmax_isa_kernels.inc: baseline, AVX2 +
 // FMA + F16C, AVX-512) and picked per call by softmax_isa() (its cap lets the
 // tests run every build). float32/float16/bfloat16 sum, mean, max and min on the
-// flat path, and on rows of 2/4(/8) features, run explicit vector loops
+// flat path, on rows of 2/4(/8) features, and on rows of 1, 2, 4 or 8 whole vectors
+// of features (accumulators in registers, sr_wide_block), run explicit vector loops
 // (segment_reduce_isa_vec.inc: kVF float lanes, a masked tail vector, NaN tracked
 // in a sticky mask); float64 and prod keep the scalar-order loops below. A sum's
 // order still depends only on the segment length, but differs between builds in
@@ -30,6 +31,7 @@
 #include "src/core/dispatch.h"
 #include "src/cpu/kernels.h"
 #include "src/cpu/segment_work.h"
+#include "src/cpu/stream_store.h"
 #include "src/ops/reduce_ops.h"
 
 namespace segred::cpu {

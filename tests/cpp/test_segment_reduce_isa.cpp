@@ -570,5 +570,161 @@ TEST_P(SegmentReduceIsa, UniformRowsEndingAtGroupBoundariesEveryBuild) {
 INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceIsa, ::testing::ValuesIn(kFloatTypes),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// ---- Session 10 (H20): the forward on rows of whole vectors of features ----------
+
+// Rows of 1, 2, 4 or 8 vectors of features (inner == kVF ... 8 kVF of a build:
+// sr_wide_block, accumulators in registers, streamed stores when the output is large)
+// must keep the generic loop's order: per feature start, then rows 0, 1, ... in turn,
+// then / n. Sum and mean bit for bit against that order emulated in float (data over
+// many binades, so another order shows), initial none / -0 / 2.5; max / min / sum with
+// NaN / +-inf / signed zeros against the float64 reference; lengths 0..33 around a long
+// segment (> the piece rows: phase 2's), batched rows with rows outside every segment;
+// features 8 ... 256 (wide in some builds, not in others: 48, 256), every build,
+// streamed and plain stores.
+class SegmentReduceWideRows : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SegmentReduceWideRows, ForwardOrderAndSpecialsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(1.0, 2.0);
+  // Float16: sums of up to 33 values of up to 2^5 stay finite.
+  std::uniform_int_distribution<int> e(t == DType::BFloat16 ? -30 : -12,
+                                       t == DType::BFloat16 ? 30 : t == DType::Float16 ? 4 : 12);
+  for (int64_t f : {8, 16, 32, 48, 64, 128, 256}) {
+    const int64_t piece = std::max<int64_t>(64, (int64_t(1) << 16) / f);
+    std::vector<int64_t> lens;
+    for (int64_t n = 0; n <= 33; ++n) lens.push_back(n);
+    std::shuffle(lens.begin(), lens.end(), rng);
+    lens.insert(lens.begin() + 11, piece + 3);
+    lens.push_back(1);  // a short segment at the very end of the tensor
+    const int64_t L = sum_of(lens), S = int64_t(lens.size());
+    SCOPED_TRACE(::testing::Message() << "features " << f << ", L " << L);
+    std::vector<double> xd(size_t(L * f));
+    for (auto& v : xd) v = ((rng() & 1) ? 1.0 : -1.0) * std::ldexp(u(rng), e(rng));
+    xd = rounded(t, xd);
+    const Tensor xt = make_tensor(xd, Shape{L, f}, t);
+    const Tensor mt = make_index(lens, Shape{S}, DType::Int64);
+    for_each_isa_and_store([&] {
+      // Rows narrower than a vector take sr_narrow_block (lanes folded: another order).
+      const int64_t kvf = cpu::softmax_isa() == cpu::SoftmaxIsa::Avx512 ? 16
+                          : cpu::softmax_isa() == cpu::SoftmaxIsa::Avx2 ? 8
+                                                                        : 4;
+      if (t != DType::Float64 && f >= kvf)
+        for (const char* r : {"sum", "mean"})
+          for (int ini = 0; ini < 3; ++ini) {
+            Segments seg;
+            seg.lengths = mt.view();
+            if (ini == 1) seg.initial = -0.0;
+            if (ini == 2) seg.initial = 2.5;
+            const bool mean = std::string(r) == "mean";
+            const float start = ini == 2 ? 2.5f : ini == 1 ? -0.0f : 0.0f;
+            const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
+            int64_t b = 0;
+            for (int64_t i = 0; i < S; ++i) {
+              const int64_t n = lens[size_t(i)];
+              if (n <= piece)  // (a long segment's pieces are summed apart)
+                for (int64_t k = 0; k < f; ++k) {
+                  float v = start;
+                  for (int64_t j = 0; j < n; ++j) v += float(xd[size_t((b + j) * f + k)]);
+                  if (mean) v = n > 0 ? v / float(n) : ini ? start : std::numeric_limits<float>::quiet_NaN();
+                  const double want = round_to(t, double(v)), got = load_value(t, out.data(), i * f + k);
+                  ASSERT_TRUE(same_value(want, got) && std::signbit(want) == std::signbit(got))
+                      << r << " segment " << i << " of length " << n << ", feature " << k << ", initial " << ini
+                      << ": " << got << " vs " << want;
+                }
+              b += n;
+            }
+          }
+      if (f != 16 && f != 48 && f != 128) return;  // (time: the reference checks on three widths)
+      const Layout lay = from_lengths({L, f}, 0, {lens});
+      for (const char* r : {"sum", "max", "min"}) {
+        std::vector<double> x = random_data(rng, L * f, r, t);
+        std::uniform_int_distribution<int64_t> pos(0, L * f - 1);
+        for (double special : {kNaN, kInf, -kInf, -0.0})
+          for (int k = 0; k < 12; ++k) x[size_t(pos(rng))] = special;
+        check_reduce(lay, t, r, x, rng, {false, false, true});
+      }
+    });
+  }
+  // Batched rows (axis 1) with rows outside every segment, offsets not starting at 0.
+  for (int64_t f : {32}) {
+    std::vector<int64_t> o0 = {3}, o1 = {0};
+    for (int64_t k = 0; k < 40; ++k) {
+      o0.push_back(o0.back() + (k * 5) % 19);
+      o1.push_back(o1.back() + (k * 11 + 3) % 23);
+    }
+    const int64_t L2 = std::max(o0.back(), o1.back()) + 4;
+    SCOPED_TRACE(::testing::Message() << "batched, features " << f);
+    for_each_isa_and_store([&] {
+      const Layout lay = from_offsets({2, L2, f}, 1, {o0, o1});
+      for (const char* r : {"mean", "max"})
+        check_reduce(lay, t, r, random_data(rng, 2 * L2 * f, r, t), rng, {false, false, true});
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceWideRows, ::testing::ValuesIn(kFloatTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---- Session 10 (H19): flat 16-bit backward runs composed in 16-bit lanes ---------
+
+// The flat sum / mean / max-min (tie=split) backward of float16 and bfloat16 writes
+// its runs of short segments in 16-bit lanes (sr_run16): segment values narrowed kVF
+// segments at a time (tie counts over groups cut at 4096 rows), the tie predicate on
+// the bit patterns, and on AVX-512, where the lengths vary, a fixed number of blend
+// steps per vector plus a loop where more segments start inside it. Lengths: mixes of
+// 0..80 (several starts per vector, empty segments at vector edges), 0..3, runs of 32
+// (equal lengths: the other loop), segments of 1000..5000 rows (groups cut by rows,
+// whole-vector stores), a long one between two runs (phase 2); data on the tie grid
+// (signed zeros) with NaN / +-inf; batched rows with offsets past 0 and rows outside
+// every segment; every build, streamed and plain stores, against the float64 reference.
+class SegmentReduce16BitRuns : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SegmentReduce16BitRuns, FlatBackwardRunsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> short_len(0, 80), tiny(0, 3), mid(1000, 5000);
+  auto mixed = [&](int count) {
+    std::vector<int64_t> v;
+    for (int k = 0; k < count; ++k) {
+      const int kind = k % 23;
+      v.push_back(kind < 12 ? short_len(rng) : kind < 18 ? tiny(rng) : kind == 22 && k % 5 == 0 ? mid(rng) : 32);
+    }
+    return v;
+  };
+  std::vector<int64_t> lens = mixed(3000);
+  lens.insert(lens.begin() + 1500, (int64_t(1) << 16) + 9);  // long (> the piece rows)
+  const int64_t L = sum_of(lens);
+  SCOPED_TRACE(::testing::Message() << "L " << L << ", S " << lens.size());
+  for_each_isa_and_store([&] {
+    const Layout lay = from_lengths({L}, 0, {lens});
+    for (const char* r : {"sum", "mean", "max", "min"}) {
+      std::vector<double> x = random_data(rng, L, r, t);
+      std::uniform_int_distribution<int64_t> pos(0, L - 1);
+      for (double special : {kNaN, kInf, -kInf, -0.0})
+        for (int k = 0; k < 30; ++k) x[size_t(pos(rng))] = special;
+      check_reduce(lay, t, r, x, rng, {false, true, false});
+    }
+  });
+  std::vector<int64_t> o0 = {3}, o1 = {0};
+  for (int64_t n : mixed(600)) o0.push_back(o0.back() + n);
+  for (int64_t n : mixed(500)) o1.push_back(o1.back() + n);
+  while (o1.size() < o0.size()) o1.push_back(o1.back() + short_len(rng));
+  while (o0.size() < o1.size()) o0.push_back(o0.back() + short_len(rng));
+  const int64_t L2 = std::max(o0.back(), o1.back()) + 5;
+  SCOPED_TRACE(::testing::Message() << "batched, L " << L2);
+  for_each_isa_and_store([&] {
+    const Layout lay = from_offsets({2, L2}, 1, {o0, o1});
+    for (const char* r : {"sum", "mean", "max"}) check_reduce(lay, t, r, random_data(rng, 2 * L2, r, t), rng, {false, true, true});
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage16, SegmentReduce16BitRuns, ::testing::Values(DType::Float16, DType::BFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
 }  // namespace
 }  // namespace segred::testing
