@@ -20,9 +20,10 @@ namespace {
 // Cache budget and tile widths behind plan_softmax's work split (CPU), measured
 // on 2 cores of the benchmark host (bench/NOTES.md, "CPU softmax"). 16 KiB: a
 // lastdim block that is reduced twice in a row (max, then sum of exp) stays in
-// L1d (32-48 KiB on current x86 cores). Spatial tiles of W columns: W = 128
-// (rows of 512 B in float32) while D <= 512, the tile then in L2 between the two
-// passes; a longer D makes that tile spill anyway, and rows `inner` apart that
+// L1d (32-48 KiB on current x86 cores). Spatial tiles of W columns: rows of
+// 1 KiB (W = 1024 B / the element size, at least 128) while D <= 512, the tile
+// then in L2 between the two passes (the two rules below); a longer D makes that
+// tile spill anyway, and rows `inner` apart that
 // are only 512 B long read slowly (a new page per row, which the hardware
 // prefetcher does not follow), so there W = 1024 (4 KiB rows) for the backward,
 // its tile in L3. The forward with D > 512 (session 5, interleaved pairs on the
@@ -37,6 +38,11 @@ namespace {
 // 27.1-29.6 ms, float32 54.7-83.1 -> 35.3-42.6 ms against W = 128; float16 at W =
 // 256 (512 B rows) gained nothing, so the row length is the rule, not the tile:
 // the [D, W] tiles of g and y, <= 1 MiB, still stay in L2 for the write pass.
+// The forward with D <= 512 takes the same rows (session 10): with the kernel's
+// prefetches spread over its exps pass, perf of [64, 256, 56, 56] float16 put
+// 19.5% of the kernel's samples on the prefetches at W = 128 and 6.5% at 512 (the
+// hardware's L2 prefetcher follows a run of 16 lines in a page, not one of 4);
+// its tiles of x and of the exps stay within L2 (D = 512: 1.5 MiB in 16-bit types).
 constexpr int64_t kL1Block = 16 * 1024;
 constexpr int64_t kTileCols = 128;
 constexpr int64_t kLongDim = 512;
@@ -44,7 +50,7 @@ constexpr int64_t kWideCols = 1024;
 constexpr int64_t kLongTileBytes = int64_t(4) << 20;
 constexpr int64_t kL2TileBytes = int64_t(1) << 20;
 constexpr int64_t kL3TileMinCols = 256;
-constexpr int64_t kBwdRowBytes = 1024;
+constexpr int64_t kRowBytes = 1024;
 
 const char* op_name(bool log, Direction d) {
   if (d == Direction::Fwd) return log ? "log_softmax" : "softmax";
@@ -80,8 +86,8 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 // W = 128, 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile
 // (the backward: W = 1024, 128 items). Over dim 0 of [8192, 8192]: 8192 * 128 *
 // 8 B > 1 MiB: W = 4 MiB / (4 B * 8192) = 128 -> at least 256. Over dim 1 of
-// [64, 256, 56, 56]: W = 128 (the backward: rows of 1 KiB, W = 256 in float32, 512 in
-// 16-bit types). Over dim -1 of [16384, 4096]: lastdim, blocks of
+// [64, 256, 56, 56]: rows of 1 KiB both ways, W = 256 in float32, 512 in 16-bit
+// types (128 in float64). Over dim -1 of [16384, 4096]: lastdim, blocks of
 // 16 KiB / 4 B = 4096.
 Plan plan_softmax(const SoftmaxProblem& p) {
 #ifdef SEGRED_WITH_CUDA
@@ -116,7 +122,7 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
   } else {
-    int64_t w = fwd ? kTileCols : std::max(kTileCols, kBwdRowBytes / es);
+    int64_t w = std::max(kTileCols, kRowBytes / es);
     if (p.dim_size > kLongDim) {
       const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
       if (!fwd) w = kWideCols;

@@ -90,7 +90,7 @@ TEST(SoftmaxPlan, DimsOfOneAndTwo) {
   EXPECT_EQ(plan_for({2, 2}, 0).path, "softmax.fwd.cpu.spatial.i64");
   EXPECT_EQ(plan_for({2, 2}, 0).chunk, 2);
   EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).path, "softmax.fwd.cpu.spatial.i64");
-  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 128);  // D = 2: a short D, 128 columns
+  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 256);  // D = 2: a short D, rows of 1 KiB
   EXPECT_EQ(plan_for({k2_31 + 1, 2}, 0).chunk, 2);     // inner = 2: a tile is the whole inner
   EXPECT_EQ(plan_for({k2_32, 1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
   EXPECT_EQ(plan_for({1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
@@ -104,9 +104,13 @@ TEST(SoftmaxPlan, ChunkRules) {
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::Float64).chunk, 2048);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Fwd, false, DType::BFloat16).chunk, 8192);
   EXPECT_EQ(plan_for({16384, 4096}, -1, Direction::Bwd).chunk, 0);
-  // D <= 512: 128 columns forward; the backward's rows 1 KiB long (at least 128 columns).
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1).chunk, 128);
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Fwd, false, DType::Float16).chunk, 128);
+  // D <= 512: rows 1 KiB long both ways (at least 128 columns).
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1).chunk, 256);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Fwd, false, DType::Float16).chunk, 512);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Fwd, true, DType::BFloat16).chunk, 512);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Fwd, false, DType::Float64).chunk, 128);
+  EXPECT_EQ(plan_for({64, 512, 56, 56}, 1, Direction::Fwd, false, DType::Float16).chunk, 512);  // D = 512: still
+  EXPECT_EQ(plan_for({64, 512, 300}, 1, Direction::Fwd, false, DType::Float16).chunk, 300);    // never wider than inner
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 256);
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, true, DType::Float16).chunk, 512);
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::BFloat16).chunk, 512);

@@ -420,11 +420,14 @@ TYPED_TEST(SoftmaxDtype, LastdimSpeculativeBasesEveryIsaAndStoreMode) {
 
 // The spatial forward's tile widths (plan_softmax, session 5): a long D takes
 // W = 128 while the [D, 128] tiles of x and of the exps fit in 1 MiB, else at
-// least 256 columns; a short D (one statistics block per tile) prefetches the
-// tile two ahead. Shapes that reach each branch (the plan is asserted), with a
-// partial last tile, tiles across outer indices, special values in late blocks
-// and in the partial tile, on every ISA build with both store modes, and a
-// non-contiguous input equal to its contiguous copy.
+// least 256 columns; D <= 512 rows of 1 KiB (session 10); a short D (one
+// statistics block per tile) prefetches the tile two ahead. Shapes that reach
+// each branch (the plan is asserted), with a partial last tile, tiles across
+// outer indices, special values in late blocks and in the partial tile, on every
+// ISA build with both store modes, and a non-contiguous input equal to its
+// contiguous copy. [2, 300, 700]: several blocks per tile whose last block is
+// shorter than the next tile's first, rows not on cache lines, a narrower
+// partial tile followed by a whole one (the next rows' prefetches of each case).
 TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
   using T = TypeParam;
   IsaAndStreamScope restore;
@@ -439,7 +442,8 @@ TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
   const std::vector<Case> cases = {
       {{2, 1000, 300}, f64 ? 300 : 128},  // fits 1 MiB (float64: 4 MiB / (8 B * 1000) -> 512, at most inner)
       {{1, 4100, 260}, 256},              // 4 MiB / (4 B * 4100) = 255 -> 240 -> at least 256; partial tile of 4
-      {{3, 3, 700}, 128},                 // D = 3: one block per tile, 5 whole tiles and one of 60
+      {{3, 3, 700}, std::max<int64_t>(128, 1024 / int64_t(sizeof(T)))},    // D = 3: one block per tile, partial tile
+      {{2, 300, 700}, std::max<int64_t>(128, 1024 / int64_t(sizeof(T)))},  // D <= 512: rows of 1 KiB
   };
   std::vector<std::vector<double>> xs, gs;
   for (const Case& c : cases) {
