@@ -767,38 +767,6 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   if (lane == 31) carry[w] = val;
 }
 
-// Positions [j0, j0 + ne) of gi (ne <= kTile) all set to v, by the warp: 16-byte
-// vector stores where gi is 16-byte aligned (the vectors of the 16-byte boundary
-// at or before j0, the two edge ones element by element), else one coalesced
-// element store per lane and slot.
-template <class Raw, class Idx>
-__device__ __forceinline__ void flat_fill(Raw* __restrict__ gi, Idx j0, int ne, Raw v, int lane) {
-  constexpr int VE = kVecE<Raw>;
-  if (aligned16_dev(gi)) {
-    const int o = int(j0 % Idx(VE));  // j0 >= 0
-    Raw* gb = gi + (j0 - Idx(o));
-    Vec<Raw, VE> vv;
-#pragma unroll
-    for (int e = 0; e < VE; ++e) vv.v[e] = v;
-#pragma unroll
-    for (int r = 0; r < kStageRounds<Raw>; ++r) {
-      const int a = (r * 32 + lane) * VE;
-      if (a >= o && a + VE <= o + ne) {
-        *reinterpret_cast<Vec<Raw, VE>*>(gb + a) = vv;
-      } else if (a < o + ne) {
-#pragma unroll
-        for (int e = 0; e < VE; ++e)
-          if (a + e >= o && a + e < o + ne) gb[a + e] = v;
-      }
-    }
-  } else {
-    Raw* out = gi + j0;
-#pragma unroll
-    for (int k = 0; k < kIpl<Raw>; ++k)
-      if (k * 32 + lane < ne) out[k * 32 + lane] = v;
-  }
-}
-
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                         typename Fn::Raw* __restrict__ gi,
@@ -815,16 +783,6 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   const bool vec = kFlatVec<Raw> && aligned16_dev(gi) && (!need_x || aligned16_dev(x));
   const auto t = flat_stage<Raw, Idx>(x, need_x, vec, nel, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
-  if (!need_x && t.ns == 0 && t.ne == kTile<Raw>) {
-    // A full tile inside one segment of a sum/mean backward (warp-uniform: the
-    // tile's coordinates): every position gets the segment's one value, the same
-    // fn.elem result the walk below would store per position (it does not depend
-    // on the position without x), written straight from registers. The walk and
-    // the write-back through shared memory cost ~27 warp instructions per element
-    // of a lane (ncu, 1d_64x1M bf16 sum bwd: issue-bound, SM 88%, DRAM 40%).
-    flat_fill<Raw, Idx>(gi, t.j0, t.ne, fn.elem(fn.ctx(t.i0, 0), t.j0, Raw(0.0f)), lane);
-    return;
-  }
   int ti, tj, items;
   flat_lane_split<kIpl<Raw>>(t.s_e, t.ns, t.ne, lane, ti, tj, items);
   auto c = fn.ctx(t.i0 + ti, 0);
