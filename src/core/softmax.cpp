@@ -51,6 +51,12 @@ constexpr int64_t kLongTileBytes = int64_t(4) << 20;
 constexpr int64_t kL2TileBytes = int64_t(1) << 20;
 constexpr int64_t kL3TileMinCols = 256;
 constexpr int64_t kRowBytes = 1024;
+// ... but not a forward over fewer rows than this: [8, 4, 2^22] float32 (D = 4)
+// measured 1.18x slower at W = 256 than at 128 (H200 host, 2 pinned cores, both
+// rounds of session 10's A/B; the development machine's sweep 0.95-1.14), so a
+// short forward keeps W = 128 (a [D, W] tile of a few rows is no long walk of
+// pages; the backward's D = 4 gained from 1 KiB rows in session 9's sweep).
+constexpr int64_t kShortFwdRows = 16;
 
 const char* op_name(bool log, Direction d) {
   if (d == Direction::Fwd) return log ? "log_softmax" : "softmax";
@@ -122,7 +128,7 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
   } else {
-    int64_t w = std::max(kTileCols, kRowBytes / es);
+    int64_t w = fwd && p.dim_size < kShortFwdRows ? kTileCols : std::max(kTileCols, kRowBytes / es);
     if (p.dim_size > kLongDim) {
       const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
       if (!fwd) w = kWideCols;

@@ -90,7 +90,8 @@ TEST(SoftmaxPlan, DimsOfOneAndTwo) {
   EXPECT_EQ(plan_for({2, 2}, 0).path, "softmax.fwd.cpu.spatial.i64");
   EXPECT_EQ(plan_for({2, 2}, 0).chunk, 2);
   EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).path, "softmax.fwd.cpu.spatial.i64");
-  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 256);  // D = 2: a short D, rows of 1 KiB
+  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 128);  // D = 2 < 16: a short forward keeps 512-byte rows
+  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0, Direction::Bwd).chunk, 256);  // the backward: rows of 1 KiB
   EXPECT_EQ(plan_for({k2_31 + 1, 2}, 0).chunk, 2);     // inner = 2: a tile is the whole inner
   EXPECT_EQ(plan_for({k2_32, 1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
   EXPECT_EQ(plan_for({1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
@@ -110,6 +111,9 @@ TEST(SoftmaxPlan, ChunkRules) {
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Fwd, true, DType::BFloat16).chunk, 512);
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Fwd, false, DType::Float64).chunk, 128);
   EXPECT_EQ(plan_for({64, 512, 56, 56}, 1, Direction::Fwd, false, DType::Float16).chunk, 512);  // D = 512: still
+  EXPECT_EQ(plan_for({8, 4, 4194304}, 1).chunk, 128);                   // D = 4 < 16: the forward keeps W = 128
+  EXPECT_EQ(plan_for({8, 16, 4194304}, 1).chunk, 256);                  // D = 16: rows of 1 KiB
+  EXPECT_EQ(plan_for({8, 4, 4194304}, 1, Direction::Bwd).chunk, 256);  // the backward: rows of 1 KiB
   EXPECT_EQ(plan_for({64, 512, 300}, 1, Direction::Fwd, false, DType::Float16).chunk, 300);    // never wider than inner
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 256);
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, true, DType::Float16).chunk, 512);
