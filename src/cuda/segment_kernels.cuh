@@ -472,24 +472,6 @@ __device__ __forceinline__ void flat_lane_split(const E* s_e, int ns, int ne, in
   items = ld1 - ld0;
 }
 
-// flat_reduce's walk without run loops (session 8, H13), for functors whose
-// context does not depend on the segment (FwdFn: every forward). The run loop
-// below it (one run per segment piece, pieces between pads, loops whose trip
-// counts differ per lane) was ~400 of the 714 warp instructions per tile on
-// 2M x 32 fp32 (bf16: ~515 of 1110; ncu source counters at 99b3069, session 8):
-// the warp issued the union of every lane's control paths. Here the lane's kIpl
-// merge items are walked as kIpl position slots, fully unrolled and predicated:
-//   1. the lane's segment ends (a short loop: 0-1 on 2M x 32): bit r of `rst`
-//      for an end with r of the lane's positions before it; np positions;
-//   2. slot k < np: acc = combine(acc, value(position k)); before it, when bit k
-//      is set, `done` takes acc and acc restarts at the identity (one segment
-//      end or several at the same position); with one end, `done` is `first`;
-//   3. lanes with 2+ ends (rare) re-walk their first segment's positions and
-//      the segments that begin and end inside the lane (empty ones included)
-//      from shared memory, and finish the latter.
-// Every segment sees the old combine sequence (identity, then its positions in
-// order), `first`, the open partial and the segment index are the old ones:
-// bitwise the old results. On return ti is the lane's open segment and items 0.
 // The lane's kIpl position slots from staged index b (the tile's o + tj), in
 // order: f(k, value of position k). Slots past the lane's positions are read
 // too (they lie inside the warp's shared block: at most kIpl + 2 elements past
@@ -532,6 +514,24 @@ __device__ __forceinline__ void flat_lane_slots(const FlatTile<Raw, Idx>& t, int
   }
 }
 
+// flat_reduce's walk without run loops (session 8, H13), for functors whose
+// context does not depend on the segment (FwdFn: every forward). The run loop
+// below it (one run per segment piece, pieces between pads, loops whose trip
+// counts differ per lane) was ~400 of the 714 warp instructions per tile on
+// 2M x 32 fp32 (bf16: ~515 of 1110; ncu source counters at 99b3069, session 8):
+// the warp issued the union of every lane's control paths. Here the lane's kIpl
+// merge items are walked as kIpl position slots, fully unrolled and predicated:
+//   1. the lane's segment ends (a short loop: 0-1 on 2M x 32): bit r of `rst`
+//      for an end with r of the lane's positions before it; np positions;
+//   2. slot k < np: acc = combine(acc, value(position k)); before it, when bit k
+//      is set, `done` takes acc and acc restarts at the identity (one segment
+//      end or several at the same position); with one end, `done` is `first`;
+//   3. lanes with 2+ ends (rare) re-walk their first segment's positions and
+//      the segments that begin and end inside the lane (empty ones included)
+//      from shared memory, and finish the latter.
+// Every segment sees the old combine sequence (identity, then its positions in
+// order), `first`, the open partial and the segment index are the old ones:
+// bitwise the old results. On return ti is the lane's open segment and items 0.
 template <class Fn>
 constexpr bool kFlatFixedWalk = std::is_empty<typename Fn::Ctx>::value;
 
