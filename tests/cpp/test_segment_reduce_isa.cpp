@@ -726,5 +726,176 @@ TEST_P(SegmentReduce16BitRuns, FlatBackwardRunsEveryBuild) {
 INSTANTIATE_TEST_SUITE_P(Storage16, SegmentReduce16BitRuns, ::testing::Values(DType::Float16, DType::BFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// ---- Session 11 (H22): the forward on rows of 2 / 4 / 8 features, uniform groups ----
+
+// sr_narrow_block folds G = kVF / features segments at a time, groups starting at
+// multiples of G; a group of G equal lengths in one row of offsets is read as G
+// interleaved runs of vectors (sr_narrow_lanes_uniform), the others per segment, and
+// a whole group's output vector is streamed when the output is large. Every output
+// must be bit for bit that of the segment alone (one segment: the per-segment form;
+// NaN bits excepted): runs of one length n (whole and partial vectors per segment,
+// n = 0, long ones of phase 2), one n + 1 in each run (the group check must see it),
+// random lengths between, batched rows whose groups cross a row's end (S = 37, offsets
+// not starting at 0, rows outside every segment), sum / mean / max / min with NaN and
+// +-inf, initial none / 2.5, every build, streamed and plain stores; a block split
+// (many segments: blocks start at any segment) with the float64 reference.
+class SegmentReduceNarrowRows : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SegmentReduceNarrowRows, UniformGroupsEqualEachSegmentAloneEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> any_len(0, 40);
+  for (int64_t f : {2, 4, 8}) {
+    const int64_t piece = std::max<int64_t>(64, (int64_t(1) << 16) / f);  // (above Plan.chunk's rows: phase 2)
+    std::vector<int64_t> lens;
+    for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33}) {
+      for (int k = 0; k < 37; ++k) lens.push_back(k == 21 ? n + 1 : n);
+      for (int k = 0; k < 5; ++k) lens.push_back(any_len(rng));
+    }
+    for (int k = 0; k < 8; ++k) lens.push_back(piece + 1);  // uniform groups of long segments
+    for (int k = 0; k < 9; ++k) lens.push_back(16);
+    lens.push_back(3);  // a short segment at the very end of the tensor
+    const int64_t L = sum_of(lens), S = int64_t(lens.size());
+    // Batched: 3 rows of 37 offsets each, uniform runs, the first offset 2.
+    std::vector<std::vector<int64_t>> offs(3);
+    for (int64_t row = 0; row < 3; ++row) {
+      offs[size_t(row)] = {2};
+      for (int64_t k = 0; k < 37; ++k) offs[size_t(row)].push_back(offs[size_t(row)].back() + (k == 30 ? 7 : 4 + row));
+    }
+    const int64_t L2 = offs[2].back() + 3;
+    SCOPED_TRACE(::testing::Message() << "features " << f << ", L " << L);
+    for (const char* r : {"sum", "mean", "max", "min"}) {
+      const bool mm = std::string(r) == "max" || std::string(r) == "min";
+      auto data = [&](int64_t n) {
+        std::vector<double> x = random_data(rng, n, mm ? r : "sum", t);
+        std::uniform_int_distribution<int64_t> pos(0, n - 1);
+        for (double special : {kNaN, kInf, -kInf})
+          for (int k = 0; k < 6; ++k) x[size_t(pos(rng))] = special;
+        return rounded(t, x);
+      };
+      const std::vector<double> x = data(L * f), x2 = data(3 * L2 * f);
+      const Tensor xt = make_tensor(x, Shape{L, f}, t), xt2 = make_tensor(x2, Shape{3, L2, f}, t);
+      const Tensor mt = make_index(lens, Shape{S}, DType::Int64);
+      std::vector<int64_t> ov;
+      for (const auto& row : offs) ov.insert(ov.end(), row.begin(), row.end());
+      const Tensor ot = make_index(ov, Shape{3, 38}, DType::Int64);
+      for_each_isa_and_store([&] {
+        for (int ini = 0; ini < 2; ++ini)
+          for (int batched = 0; batched < 2; ++batched) {
+            Segments seg;
+            if (batched) {
+              seg.offsets = ot.view();
+              seg.axis = 1;
+            } else {
+              seg.lengths = mt.view();
+            }
+            if (ini) seg.initial = 2.5;
+            const Tensor out = segment_reduce(batched ? xt2 : xt, parse_reduce(r), seg);
+            const std::vector<double>& src = batched ? x2 : x;
+            const int64_t count = batched ? 3 * 37 : S;
+            const size_t es = size_t(dtype_size(t));
+            for (int64_t i = 0; i < count; ++i) {
+              int64_t b, n;
+              if (batched) {
+                const auto& row = offs[size_t(i / 37)];
+                b = (i / 37) * L2 + row[size_t(i % 37)];
+                n = row[size_t(i % 37) + 1] - row[size_t(i % 37)];
+              } else {
+                b = 0;
+                for (int64_t k = 0; k < i; ++k) b += lens[size_t(k)];
+                n = lens[size_t(i)];
+              }
+              if (n > piece && i % 3 != 0) continue;  // (long ones: a few)
+              std::vector<double> xi(src.begin() + b * f, src.begin() + (b + n) * f);
+              const Tensor one = make_tensor(xi, Shape{n, f}, t);
+              const Tensor ml = make_index({n}, Shape{1}, DType::Int64);
+              Segments s1;
+              s1.lengths = ml.view();
+              s1.initial = seg.initial;
+              const Tensor o1 = segment_reduce(one, parse_reduce(r), s1);
+              for (int64_t k = 0; k < f; ++k) {
+                const double got = load_value(t, out.data(), i * f + k), alone = load_value(t, o1.data(), k);
+                const bool eq = std::memcmp(static_cast<const char*>(out.data()) + size_t(i * f + k) * es,
+                                            static_cast<const char*>(o1.data()) + size_t(k) * es, es) == 0;
+                ASSERT_TRUE(eq || (std::isnan(got) && std::isnan(alone)))
+                    << r << (batched ? " batched" : "") << " segment " << i << " of length " << n << ", feature " << k
+                    << ", initial " << ini << ": " << got << " vs alone " << alone;
+              }
+            }
+          }
+      });
+    }
+    // Many segments of 16 rows and a few odd ones: several parallel blocks, each
+    // starting at any segment (groups cut at multiples of G), against float64.
+    std::vector<int64_t> many(4099, 16);
+    for (size_t k = 100; k < many.size(); k += 997) many[k] = 5;
+    const Layout lay = from_lengths({sum_of(many), f}, 0, {many});
+    for_each_isa_and_store([&] {
+      for (const char* r : {"sum", "max"})
+        check_reduce(lay, t, r, random_data(rng, sum_of(many) * f, r, t), rng, {false, false, true});
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceNarrowRows, ::testing::ValuesIn(kFloatTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---- Session 11 (H23): flat sum / mean backward runs of varying lengths ----
+
+// sr_run16 (float16, bfloat16) and sr_run (float32) write a run of short segments
+// whose lengths vary through a stage of 2 KiB: every segment stores its value over
+// 3 whole vectors (16-bit) or 64 elements (float32) from its start (the next
+// segments overwrite the rest), a loop for the remainder of a longer one, then the
+// chunk is copied out. Lengths here: exponential (mean 40, zeros included), the
+// fixed stores' reach and one off (48 and 96 elements; 64 for float32),
+// segments ending exactly at a chunk's end (with empty ones there), segments
+// spanning several chunks, empty ones at the run's end; runs from offset 0 and from
+// offset 3 (the first and last vectors partial), against float64, every build,
+// streamed and plain.
+class SegmentReduceStagedFills : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SegmentReduceStagedFills, VaryingFlatFillsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> expo(1.0 / 40.0);
+  std::vector<int64_t> lens;
+  auto add_expo = [&](int count) {
+    for (int k = 0; k < count; ++k) lens.push_back(int64_t(std::llround(expo(rng))));
+  };
+  add_expo(300);
+  for (int64_t n : {47, 48, 49, 63, 64, 65, 95, 96, 97, 1, 0, 2}) lens.push_back(n);
+  // Up to the next multiple of 1024 elements (a chunk end for either stage), then
+  // empty segments there.
+  lens.push_back(1024 - sum_of(lens) % 1024);
+  for (int k = 0; k < 3; ++k) lens.push_back(0);
+  add_expo(200);
+  for (int64_t n : {2500, 0, 1023, 1, 1025}) lens.push_back(n);
+  add_expo(200);
+  for (int k = 0; k < 2; ++k) lens.push_back(0);
+  const int64_t L = sum_of(lens);
+  SCOPED_TRACE(::testing::Message() << "L " << L << ", S " << lens.size());
+  std::vector<int64_t> o0 = {3}, o1 = {0};
+  for (size_t k = 0; k + 1 < lens.size(); ++k) {
+    o0.push_back(o0.back() + lens[k]);
+    o1.push_back(o1.back() + lens[lens.size() - 2 - k]);
+  }
+  const int64_t L2 = std::max(o0.back(), o1.back()) + 5;
+  for_each_isa_and_store([&] {
+    const Layout lay = from_lengths({L}, 0, {lens});
+    for (const char* r : {"sum", "mean"}) check_reduce(lay, t, r, random_data(rng, L, r, t), rng, {true, true, true});
+    const Layout lay2 = from_offsets({2, L2}, 1, {o0, o1});
+    for (const char* r : {"sum", "mean"})
+      check_reduce(lay2, t, r, random_data(rng, 2 * L2, r, t), rng, {false, true, true});
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(FloatStorage, SegmentReduceStagedFills,
+                         ::testing::Values(DType::Float32, DType::Float16, DType::BFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
 }  // namespace
 }  // namespace segred::testing
