@@ -36,10 +36,7 @@
 //   features (inner > 1): a group of G lanes (G = ceil(inner / V) rounded up to a
 //     power of two, at most 32) owns a slab of G*V features (V = 16 bytes / element
 //     size when inner % V == 0, else 1) and walks `items` merge items; each
-//     position is a coalesced, vectorised row load of the slab. Forward with rows
-//     of 8-64 bytes (16/32-bit types, aligned data): a warp per tile of 256 merge
-//     items instead, reading the tile's rows as one range in 16-byte chunks and
-//     joining its lanes' partials with a segmented scan, like flat.
+//     position is a coalesced, vectorised row load of the slab.
 //   prod backward: one warp per (segment, slab of 32 features), exclusive prefix
 //     and suffix products in two passes over the segment; 64-bit indices only.
 //
@@ -61,14 +58,12 @@ namespace segred::detail {
 constexpr int flat_items_per_lane(int esize) { return esize == 2 ? 32 : 16; }
 constexpr int64_t kFlatTile = 32 * 16;  // merge items per warp tile, 4- and 8-byte types
 constexpr int kFeatItems = 32;                          // merge items per feature group
-constexpr int64_t kRowsItems = 256;                     // merge items per warp tile of the narrow-row forward
 constexpr int kBlock = 256;                             // threads per block (before viability shrink)
 constexpr int64_t kIndex32Limit = (int64_t(1) << 31);    // every index < 2^31 for the 32-bit paths
 
 struct SegmentGeometry {
   bool flat = true;       // inner == 1
   bool prod_bwd = false;  // the segment-per-warp prod backward
-  bool rows = false;      // forward, rows of 8-64 bytes (16/32-bit types): feat_rows_reduce, a warp per tile
   int vec = 1;            // features per lane (vector width)
   int group = 32;         // lanes per worker (features); 32 (a warp) for flat
   int64_t slabs = 1;      // feature slabs of group*vec features
@@ -109,17 +104,6 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     g.group = 32;
     g.slabs = 1;
     g.items = 32 * flat_items_per_lane(esize);
-    g.workers = ceil_div(D, g.items);
-    threads = g.workers * 32;
-  } else if (p.direction == Direction::Fwd && aligned && (esize == 2 || esize == 4) &&
-             (inner * esize == 8 || inner * esize == 16 || inner * esize == 32 || inner * esize == 64)) {
-    // Narrow rows: one warp per tile of kRowsItems merge items reads the tile's
-    // rows as one coalesced range, 16-byte chunks (src/cuda/segment_rows_reduce.cuh).
-    g.rows = true;
-    g.vec = inner * esize == 8 ? 8 / esize : 16 / esize;
-    g.group = 32;
-    g.slabs = 1;
-    g.items = kRowsItems;
     g.workers = ceil_div(D, g.items);
     threads = g.workers * 32;
   } else {

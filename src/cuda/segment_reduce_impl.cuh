@@ -18,7 +18,6 @@
 #include "src/cuda/common.cuh"
 #include "src/cuda/segment_kernels.cuh"
 #include "src/cuda/segment_maxbwd.cuh"
-#include "src/cuda/segment_rows_reduce.cuh"
 
 namespace segred::cuda {
 
@@ -174,22 +173,6 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
                                                                 head);
     check_launch("flat_reduce");
     record(c.path, grid, block);
-  } else if (g.rows) {
-    // Rows of 8-64 bytes (16- and 32-bit types, aligned): a warp per tile reads
-    // its rows as one coalesced range (src/cuda/segment_rows_reduce.cuh).
-    if constexpr (sizeof(Raw) <= 4) {
-      const int rb = int(c.inner * int64_t(sizeof(Raw)));
-      constexpr int V16 = int(16 / sizeof(Raw));
-      auto k = rb == 8 ? feat_rows_reduce<Fn, Idx, V16 / 2> : feat_rows_reduce<Fn, Idx, V16>;
-      const int G = rb == 8 ? 1 : rb / 16;
-      const size_t spw = size_t(32) * kRowsChunks * 16;
-      const int block = viable_block(k, g.block, spw, 32, "feat_rows_reduce");
-      const int64_t grid = detail::ceil_div(g.workers, block / 32);
-      k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, G, Idx(g.items), inner,
-                                                                  Idx(g.positions), tile_i, tile_j, carry, head);
-      check_launch("feat_rows_reduce");
-      record(c.path, grid, block);
-    }
   } else {
     constexpr int VEC = int(16 / sizeof(Raw));
     auto k = g.vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;

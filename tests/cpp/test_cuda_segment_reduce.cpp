@@ -14,7 +14,6 @@
 #include <functional>
 #include <set>
 
-#include "src/core/segment_geometry.h"
 #include "tests/cpp/segment_reduce_test_util.h"
 
 #ifdef SEGRED_WITH_CUDA
@@ -258,64 +257,6 @@ TEST_P(CudaSegmentReduce, HugeSegmentBesideTinyOnes) {
   for (auto v : lens2) L2 += v;
   for (const char* r : {"sum", "max", "prod"})
     check_cuda(from_lengths({L2, 4}, 0, {lens2}), GetParam(), r, random_data(rng, L2 * 4, r, GetParam()), rng);
-}
-
-// feat_rows_reduce (src/cuda/segment_rows_reduce.cuh): forward rows of 8, 16, 32
-// or 64 bytes, a warp per tile of 256 merge items. Every case the kernel's
-// bookkeeping has: segments inside one lane's rows, across lanes, across batches,
-// across tiles (heads and carries) and across more than 32 tiles (fixup_tree's
-// chunked path); empty segments and segments of one row at every place; rows
-// before the first and after the last offset; an odd row count (8-byte rows: the
-// tensor's last chunk holds one row); two batch rows of metadata. The launch is
-// proven by its grid (a warp per tile, 8 warps a block; feat_reduce's differs);
-// the results against the reference and the CPU (check_cuda).
-TEST_P(CudaSegmentReduce, FeatureRowsAcrossWarps) {
-  SEGRED_NEED_GPU();
-#ifdef SEGRED_WITH_CUDA
-  const uint64_t seed = fresh_seed();
-  SEGRED_SEED_TRACE(seed);
-  std::mt19937_64 rng(seed);
-  const DType t = GetParam();
-  std::vector<int64_t> lens = {3000, 0, 1, 1, 16, 0, 0, 255, 256, 257, 1, 700, 2, 0, 5000};
-  for (int64_t v : random_lengths(rng, 2000, 24)) lens.push_back(v);
-  for (int64_t k = 0; k < 40; ++k) lens.push_back(k % 3 == 0 ? 0 : 1);
-  std::vector<int64_t> off{3};
-  for (auto v : lens) off.push_back(off.back() + v);
-  const int64_t L = off.back() + (off.back() % 2 == 0 ? 5 : 4);  // rows after the last offset; L odd
-  for (int64_t inner : {2, 4, 8, 16, 32}) {
-    SCOPED_TRACE(inner);
-    const Layout lay = from_offsets({L, inner}, 0, {off});
-    for (const char* r : {"sum", "max", "min", "mean", "prod"})
-      check_cuda(lay, t, r, random_data(rng, L * inner, r, t), rng);
-    const int64_t rb = inner * dtype_size(t);
-    if (rb == 8 || rb == 16 || rb == 32 || rb == 64) {
-      const SegmentProblem sp{Backend::CUDA, Direction::Fwd, Reduce::Sum, t,           lay.index_dtype,
-                              1,             L,              inner,       lay.S};
-      const auto g = detail::segment_geometry(sp, true);
-      const Tensor data = dev(make_tensor(random_data(rng, L * inner, "sum", t), lay.shape, t));
-      const Tensor meta = dev(lay.meta());
-      TraceSession ts;
-      segment_reduce(data, Reduce::Sum, dev_segments(lay, meta));
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      bool found = false;
-      for (const auto& rec : ts.records())
-        if (rec.path == "segment_reduce.fwd.cuda.features.i32") {
-          found = true;
-          EXPECT_TRUE(g.rows);
-          EXPECT_EQ(rec.grid[0], (g.workers + 7) / 8) << "feat_rows_reduce's grid";
-        }
-      EXPECT_TRUE(found);
-    }
-  }
-  // Batched metadata (axis 1): two rows of segments over the same feature rows.
-  std::vector<int64_t> ra(100), rb2(100, 15);
-  int64_t acc = 0;
-  for (int64_t k = 0; k < 99; ++k) acc += ra[size_t(k)] = (k * 13) % 29;
-  ra[99] = 1500 - acc;
-  const Layout b = from_lengths({2, 1500, 4}, 1, {ra, rb2});
-  for (const char* r : {"sum", "max"})
-    check_cuda(b, t, r, random_data(rng, 2 * 1500 * 4, r, t), rng);
-#endif
 }
 
 // Several long segments (each > 32 tiles, so fixup_tree's chunk partials and tree
