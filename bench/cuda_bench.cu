@@ -26,6 +26,7 @@
 #include "segred/segred.h"
 #include "segred/stream.h"
 #include "bench/cuda_check.cuh"
+#include "src/core/segment_geometry.h"
 
 using namespace segred;
 
@@ -261,6 +262,15 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
           [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg_len, Tie::Split, GI(i)); }, g_reps);
       std::printf("LENGTHS\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\n", c.name.c_str(),
                   std::string(dtype_name(dt)).c_str(), rname, tf, lf, tb, lb);
+    }
+    if (inner == 1) {  // session 12: the fused fix-up against the fixup_tree launch, same process
+      auto& caps = segred::detail::segment_test_caps();
+      caps.fused_fixup = false;
+      const double off = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
+      caps.fused_fixup = true;
+      const double on = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
+      std::printf("FUSE\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(), rname,
+                  tf, on, off);
     }
     if (g_graph) {
       const double gf = graph_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, nbuf);

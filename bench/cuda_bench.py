@@ -104,7 +104,7 @@ def main():
     res = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
-    copy_gbs, device, rows, len_rows = None, "?", [], []
+    copy_gbs, device, rows, len_rows, fuse_rows = None, "?", [], [], []
     for line in res.stdout.splitlines():
         f = line.split("\t")
         if f[0] == "COPY":
@@ -115,6 +115,8 @@ def main():
             rows.append(f[1:])
         elif f[0] == "LENGTHS":
             len_rows.append(f[1:])
+        elif f[0] == "FUSE":
+            fuse_rows.append(f[1:])
     if copy_gbs is None:
         print("cuda_bench failed", file=sys.stderr)
         return 1
@@ -163,6 +165,16 @@ def main():
                   "|---|---|---|---|---|---|\n")
         for r in len_rows:
             table += f"| {r[0]} | {r[1]} | {float(r[3]):.4f} | {float(r[4]):.4f} | {float(r[5]):.4f} | {float(r[6]):.4f} |\n"
+    if fuse_rows:
+        # Session 12: the inner == 1 forward with its fix-up fused into flat_reduce
+        # (the table's rows) against the fixup_tree launch it replaced, same process.
+        table += ("\nThe inner == 1 forwards with the fix-up fused into flat_reduce against the fixup_tree launch "
+                  "(segred only, same process; 'table ms' is the row above, timed first):\n\n"
+                  "| case | dtype | reduce | table ms | fused ms | fixup_tree ms | fused / fixup_tree |\n"
+                  "|---|---|---|---|---|---|---|\n")
+        for r in fuse_rows:
+            on, off = float(r[4]), float(r[5])
+            table += f"| {r[0]} | {r[1]} | {r[2]} | {float(r[3]):.4f} | {on:.4f} | {off:.4f} | {on / off:.2f} |\n"
     print()
     print(table)
     if a.out:

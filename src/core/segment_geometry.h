@@ -46,6 +46,7 @@
 // output offsets (outer*S*inner), partial offsets (tiles*inner) and the global
 // thread index (grid * block). Row bases are 64-bit either way on the host.
 #pragma once
+#include <atomic>
 #include <algorithm>
 #include <cstdint>
 
@@ -77,6 +78,18 @@ struct SegmentGeometry {
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Session 12: the inner == 1 forward combines its tile-crossing segments inside
+// flat_reduce (src/cuda/fused_fixup_rule.h) instead of a fixup_tree launch.
+// false: the fixup_tree launch, as before. For the benchmark's A/B and the tests
+// (both forms must give the same results); default true.
+struct SegmentTestCaps {
+  std::atomic<bool> fused_fixup{true};
+};
+inline SegmentTestCaps& segment_test_caps() {
+  static SegmentTestCaps caps;
+  return caps;
+}
 
 // `aligned`: data pointers allow vector loads (16-byte aligned); the planner
 // assumes they do (every allocator segred meets does); the launch code passes

@@ -49,6 +49,7 @@
 
 #include "src/core/segment_geometry.h"
 #include "src/cuda/common.cuh"
+#include "src/cuda/fused_fixup_rule.h"
 #include "src/ops/reduce_ops.h"
 
 namespace segred::cuda {
@@ -667,6 +668,120 @@ __device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, con
   }
 }
 
+// ---------------------------------------------------------------- fused fix-up
+// flat_reduce's crossing segments, combined inside flat_reduce itself (session
+// 12): the rule and the orders are in src/cuda/fused_fixup_rule.h. It replaces
+// the fixup_tree launch of the inner == 1 forward for float accumulators (ncu,
+// session 10: fixup_tree took 5-21 us per call, mostly at its grid.syncs, plus a
+// dependent launch). double keeps fixup_tree (a 64-bit value and its flag do
+// not fit one store).
+template <class Idx>
+struct FuseFix {
+  unsigned long long* pub = nullptr;   // [W + 1] (flag, carry bits), zeroed by prepare; null: fixup_tree follows
+  unsigned long long* part = nullptr;  // [W + 1] (flag, run partial bits), zeroed by prepare
+  Idx items = 0;                       // merge items per tile
+  Idx U = 0;                           // merge segments (tile_i[W])
+};
+
+// A published float: flag 1 in the high word, the value's bits in the low one,
+// one 64-bit store, so a reader that sees the flag sees the value (no fence).
+__device__ __forceinline__ void fuse_publish(unsigned long long* p, float v) {
+  *reinterpret_cast<volatile unsigned long long*>(p) = (1ull << 32) | __float_as_uint(v);
+}
+// Waits until slot p is published (by a lower tile); its value.
+__device__ __forceinline__ float fuse_wait(const unsigned long long* p) {
+  unsigned long long v;
+  while (((v = *reinterpret_cast<const volatile unsigned long long*>(p)) >> 32) == 0) __nanosleep(100);
+  return __uint_as_float(unsigned(v));
+}
+
+// q[t_open] and q[t_open + 1] for tile w's carry, loaded before the tile's walk
+// so that the epilogue does not wait for them (0 when unused).
+template <class Idx>
+struct FuseOpen {
+  Idx q0 = 0, q1 = 0;
+};
+template <class Idx>
+__device__ __forceinline__ FuseOpen<Idx> fuse_open(const Idx* __restrict__ q, const FuseFix<Idx>& fz, Idx t_open) {
+  FuseOpen<Idx> o;
+  if (fz.pub != nullptr && t_open < fz.U) {
+    o.q0 = q[t_open];
+    o.q1 = q[t_open + 1];
+  }
+  return o;
+}
+
+// get(k), k = 0 .. K - 1, combined in a fixed order: lane l folds k = l, l + 32,
+// ... in order (4 in flight), then a shuffle tree. Every lane returns it.
+template <class Fn, class Idx, class Get>
+__device__ __forceinline__ float fuse_fold(const Fn& fn, Get get, Idx K, int lane) {
+  float acc = fn.identity();
+  for (Idx k0 = 0; k0 < K; k0 += 128) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const Idx k = k0 + Idx(32 * u + lane);
+      v[u] = k < K ? get(k) : fn.identity();
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc = fn.combine(acc, v[u]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc = fn.combine(acc, __shfl_down_sync(kFull, acc, off));
+  return __shfl_sync(kFull, acc, 0);
+}
+
+// pub[w0 .. w0 + n) combined in tile order (n <= kFuseShort): fixup_tree's
+// phase-1 order, so short crossing segments keep their bits. Every lane returns it.
+template <class Fn, class Idx>
+__device__ __forceinline__ float fuse_serial(const Fn& fn, const unsigned long long* pub, Idx w0, Idx n, int lane) {
+  static_assert(fuse::kFuseShort <= 64, "two carries per lane");
+  const float v0 = Idx(lane) < n ? fuse_wait(pub + w0 + lane) : fn.identity();
+  const float v1 = Idx(lane + 32) < n ? fuse_wait(pub + w0 + 32 + lane) : fn.identity();
+  float acc = fn.identity();
+  for (Idx k = 0; k < n; ++k) acc = fn.combine(acc, __shfl_sync(kFull, k < 32 ? v0 : v1, int(k & 31)));
+  return acc;
+}
+
+// Tile w's part of the fix-up (warp-uniform arguments but val): publish the
+// carry (lane 31's val) when a segment t_open is open at the tile's end, and, at
+// the end of a long segment's run, the run's part; then, when the tile completes
+// the crossing segment th (has_head; its head value in every lane), wait for
+// that segment's carries or parts and finish it. qo: fuse_open(q, fz, t_open).
+template <class Fn, class Idx>
+__device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__ q, const FuseFix<Idx>& fz, Idx w,
+                                           typename Fn::A val, Idx t_open, FuseOpen<Idx> qo, bool has_head, Idx th,
+                                           typename Fn::A head_val, int lane) {
+  if constexpr (sizeof(typename Fn::A) == 4) {
+    if (t_open < fz.U) {
+      if (lane == 31) fuse_publish(fz.pub + w, val);
+      const Idx w0 = fuse::first_carry_tile(t_open, qo.q0, fz.items);
+      const Idx we = fuse::first_carry_tile(Idx(t_open + 1), qo.q1, fz.items);
+      if (fuse::is_long(w0, we)) {
+        Idx rs, re;
+        fuse::run_of(w, w0, we, rs, re);
+        if (w == re - 1) {
+          __syncwarp();  // lane 31's publication before the other lanes read it
+          const float p = fuse_fold(fn, [&](Idx k) { return fuse_wait(fz.pub + rs + k); }, Idx(re - rs), lane);
+          if (lane == 0) fuse_publish(fz.part + rs, p);
+        }
+      }
+    }
+    if (has_head) {
+      const Idx w0 = fuse::first_carry_tile(th, q[th], fz.items);
+      const float acc =
+          fuse::is_long(w0, w)
+              ? fuse_fold(fn, [&](Idx m) { return fuse_wait(fz.part + fuse::run_slot(m, w0)); }, fuse::runs(w0, w),
+                          lane)
+              : fuse_serial(fn, fz.pub, w0, Idx(w - w0), lane);
+      if (lane == 0) fn.finish(th, 0, fn.combine(acc, head_val));
+    }
+  } else {
+    (void)fn, (void)q, (void)fz, (void)w, (void)val, (void)t_open, (void)qo, (void)has_head, (void)th, (void)head_val,
+        (void)lane;
+  }
+}
+
 // Blocks of 256 per SM that flat_reduce (32-bit indices) asks registers for:
 // the shared memory per warp allows 8 (fp32), 6 (16-bit), 5 (8-byte). Without
 // the bound the unrolled walk takes 40 (fp32) / 47 (bf16) registers, i.e. 48 /
@@ -678,8 +793,8 @@ constexpr int kFlatMinBlocks = sizeof(Idx) != 4 ? 1 : sizeof(Raw) == 4 ? 8 : siz
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
     flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x, const Idx* __restrict__ q, Idx W, Idx nel,
-                const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j, typename Fn::A* __restrict__ carry,
-                typename Fn::A* __restrict__ head) {
+                const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j, typename Fn::A* carry,
+                typename Fn::A* head, FuseFix<Idx> fz) {  // fz.pub null: carry/head for fixup_tree
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -689,15 +804,21 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   if constexpr (kFlatFixedWalk<Fn> && sizeof(Raw) == 2) {
     const Idx i0 = tile_i[w], j0 = tile_j[w];
     if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) && aligned16_dev(x)) {  // warp-uniform
+      const FuseOpen<Idx> qo = fuse_open(q, fz, i0);
       A acc = fn.identity();
       flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
       const A val = flat_warp_scan(fn, i0, acc, lane);  // one open segment: the plain scan
-      if (lane == 31) carry[w] = val;
+      if (fz.pub == nullptr) {
+        if (lane == 31) carry[w] = val;  // fixup_tree follows
+      } else {
+        fuse_fixup(fn, q, fz, w, val, i0, qo, false, i0, val, lane);
+      }
       return;
     }
   }
   const auto t = flat_stage<Raw, Idx>(x, true, kFlatVec<Raw> && aligned16_dev(x), nel, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
+  const FuseOpen<Idx> qo = fuse_open(q, fz, t.i1);
   int ti, tj, items;
   flat_lane_split<kIpl<Raw>>(t.s_e, t.ns, t.ne, lane, ti, tj, items);
   const int ti_start = ti;
@@ -756,15 +877,26 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   Idx kin = __shfl_up_sync(kFull, key, 1);
   const A vin = __shfl_up_sync(kFull, val, 1);
   if (lane == 0) kin = -1;
+  bool head_lane = false;
+  A hv = fn.identity();
   if (done_first) {
     const Idx v = t.i0 + ti_start;
     const A r = kin == v ? fn.combine(vin, first) : first;
-    if (v == t.i0 && q[t.i0] < t.j0)
-      head[w] = r;  // began in an earlier tile: fixup combines
-    else
+    if (v == t.i0 && q[t.i0] < t.j0) {  // began in an earlier tile: the fix-up combines
+      head_lane = true;
+      hv = r;
+      if (fz.pub == nullptr) head[w] = r;
+    } else {
       fn.finish(v, 0, r);
+    }
   }
-  if (lane == 31) carry[w] = val;
+  if (fz.pub == nullptr) {
+    if (lane == 31) carry[w] = val;  // fixup_tree follows
+    return;
+  }
+  const unsigned hb = __ballot_sync(kFull, head_lane);
+  const A head_val = __shfl_sync(kFull, hv, hb ? __ffs(hb) - 1 : 0);
+  fuse_fixup(fn, q, fz, w, val, t.i1, qo, hb != 0, t.i0, head_val, lane);
 }
 
 template <class Fn, class Idx>

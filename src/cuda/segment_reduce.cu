@@ -159,6 +159,8 @@ struct PrepArgs {
   Idx* tile_i = nullptr;
   Idx* tile_j = nullptr;
   unsigned* long_count = nullptr;
+  unsigned long long* fuse_pub = nullptr;  // flat_reduce's fused fix-up slots, zeroed here
+  int64_t fuse_n = 0;
 };
 
 template <class Idx>
@@ -198,6 +200,7 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
   // Entries no scan writes: q[0], q[U], the lengths rows' leading 0, the counter.
   if (a.lengths)
     for (int64_t r = gtid; r < a.outer; r += gstride) a.q[1 + r * (a.S + 1)] = Idx(r * a.L);
+  for (int64_t i = gtid; i < a.fuse_n; i += gstride) a.fuse_pub[i] = 0ull;
   if (gtid == 0) {
     a.q[0] = 0;
     a.q[a.outer * (a.S + 1) + 1] = Idx(a.outer * a.L);
@@ -441,7 +444,7 @@ size_t prepare_bytes(const detail::SegmentGeometry& geo, int64_t scan_target, bo
   size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<int>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
   if (tiles)
     b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(2) +
-         Arena::bytes<Idx>(geo.workers / kShortFix + 1);
+         Arena::bytes<Idx>(geo.workers / kShortFix + 1) + Arena::bytes<unsigned long long>(2 * (geo.workers + 1));
   return b;
 }
 
@@ -473,6 +476,9 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
     a.tile_j = c.arena->take<Idx>(geo.workers + 1);
     a.long_count = c.arena->take<unsigned>(2);  // [0] fix-up counter, [1] a long crossing segment may exist
     c.long_list = c.arena->take<Idx>(geo.workers / kShortFix + 1);
+    a.fuse_n = 2 * (geo.workers + 1);
+    a.fuse_pub = c.arena->take<unsigned long long>(a.fuse_n);
+    c.fuse_pub = a.fuse_pub;
     c.tile_i = a.tile_i;
     c.tile_j = a.tile_j;
     c.long_count = a.long_count;

@@ -59,6 +59,8 @@ struct LaunchCtx {
   void* long_list = nullptr;         // Idx[geo.workers / kShortFix + 1]
   unsigned* long_count = nullptr;    // [0] 0 after prepare: one reduction pass (one fixup) per call;
                                      // [1] prepare's long-segment flag (fixup_tree's early exit)
+  unsigned long long* fuse_pub = nullptr;  // [2 (geo.workers + 1)] 0 after prepare: flat_reduce's fused
+                                           // fix-up slots (pub, then part; src/cuda/fused_fixup_rule.h)
   int64_t outer = 1, L = 0, inner = 1, S = 0;
   const char* path = "";
   Arena* arena = nullptr;
@@ -169,10 +171,17 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_reduce");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
+    // The fix-up is fused into flat_reduce (session 12): no fixup_tree launch
+    // (segment_test_caps().fused_fixup = false: the launch below, as before).
+    // double accumulators keep it (fused_fixup_rule.h: value and flag in one 64-bit store).
+    const bool fused = sizeof(A) == 4 && detail::segment_test_caps().fused_fixup.load();
+    FuseFix<Idx> fz;
+    if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
     k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, Idx(g.positions), tile_i, tile_j, carry,
-                                                                head);
+                                                                head, fz);
     check_launch("flat_reduce");
     record(c.path, grid, block);
+    if (fused) return;
   } else {
     constexpr int VEC = int(16 / sizeof(Raw));
     auto k = g.vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;

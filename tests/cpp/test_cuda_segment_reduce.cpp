@@ -14,6 +14,7 @@
 #include <functional>
 #include <set>
 
+#include "src/core/segment_geometry.h"
 #include "tests/cpp/segment_reduce_test_util.h"
 
 #ifdef SEGRED_WITH_CUDA
@@ -311,6 +312,40 @@ TEST_P(CudaSegmentReduce, SegmentsAroundTheLongFixupThreshold) {
   for (auto v : lens) L += v;
   for (const char* r : {"sum", "max"})
     check_cuda(from_lengths({L}, 0, {lens}), GetParam(), r, random_data(rng, L, r, GetParam()), rng);
+}
+
+// Session 12: the inner == 1 forward combines crossing segments inside flat_reduce
+// (src/cuda/fused_fixup_rule.h): one counter up to kFuseShort = 64 carries, else
+// runs of aligned 256-tile chunks, then the segment. Segments of 62 to 66 tiles
+// (each length off by a few items, short ones between so their tile alignment
+// varies) straddle the short/long edge; segments of 300k-600k elements span
+// several runs (256 fp32 tiles = 131072 items), start mid-chunk, and end in the
+// chunk where the next long one starts; empty and single segments between.
+TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const int64_t items = dtype_size(GetParam()) == 2 ? 1024 : 512;
+  std::vector<int64_t> lens;
+  for (int64_t k = 62; k <= 66; ++k)
+    for (int64_t d : {-3, 0, 2}) {
+      lens.push_back(k * items + d);
+      lens.push_back(1 + (k * 5 + d) % 11);
+    }
+  for (int64_t v : {int64_t(300001), int64_t(0), int64_t(1), int64_t(600000), int64_t(140000), int64_t(7),
+                    int64_t(262145)})
+    lens.push_back(v);
+  int64_t L = 0;
+  for (auto v : lens) L += v;
+  auto& caps = detail::segment_test_caps();
+  for (const bool fused : {true, false}) {  // and the fixup_tree launch it replaced (the benchmark's A/B)
+    SCOPED_TRACE(fused ? "fused fix-up" : "fixup_tree");
+    caps.fused_fixup = fused;
+    for (const char* r : {"sum", "max", "min", "mean"})
+      check_cuda(from_lengths({L}, 0, {lens}), GetParam(), r, random_data(rng, L, r, GetParam()), rng);
+  }
+  caps.fused_fixup = true;
 }
 
 // v6: the flat kernels stage a tile with 16-byte vectors from the vector boundary
