@@ -265,12 +265,15 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
     }
     if (inner == 1) {  // session 12: the fused fix-up against the fixup_tree launch, same process
       auto& caps = segred::detail::segment_test_caps();
-      caps.fused_fixup = false;
+      caps.fused_fixup = 2;
       const double off = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
-      caps.fused_fixup = true;
+      caps.fused_fixup = 1;
       const double on = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
-      std::printf("FUSE\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(), rname,
-                  tf, on, off);
+      caps.fused_fixup = 0;  // the rule (segment_geometry.h), as the table's row
+      const Plan pl = plan_segment_reduce(
+          SegmentProblem{Backend::CUDA, Direction::Fwd, red, dt, DType::Int64, 1, rows, 1, S});
+      std::printf("FUSE\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%s\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
+                  rname, tf, on, off, pl.to_string().c_str());
     }
     if (g_graph) {
       const double gf = graph_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, nbuf);

@@ -169,12 +169,15 @@ def main():
         # Session 12: the inner == 1 forward with its fix-up fused into flat_reduce
         # (the table's rows) against the fixup_tree launch it replaced, same process.
         table += ("\nThe inner == 1 forwards with the fix-up fused into flat_reduce against the fixup_tree launch "
-                  "(segred only, same process; 'table ms' is the row above, timed first):\n\n"
-                  "| case | dtype | reduce | table ms | fused ms | fixup_tree ms | fused / fixup_tree |\n"
-                  "|---|---|---|---|---|---|---|\n")
+                  "(segred only, same process; 'table ms' is the row above, timed first with the variant the plan "
+                  "picks, src/core/segment_geometry.h):\n\n"
+                  "| case | dtype | reduce | table ms | plan's variant | fused ms | fixup_tree ms | fused / fixup_tree |\n"
+                  "|---|---|---|---|---|---|---|---|\n")
         for r in fuse_rows:
             on, off = float(r[4]), float(r[5])
-            table += f"| {r[0]} | {r[1]} | {r[2]} | {float(r[3]):.4f} | {on:.4f} | {off:.4f} | {on / off:.2f} |\n"
+            var = r[6].split("variant=")[1].rstrip("}") if len(r) > 6 and "variant=" in r[6] else "-"
+            table += (f"| {r[0]} | {r[1]} | {r[2]} | {float(r[3]):.4f} | {var} | {on:.4f} | {off:.4f} | "
+                      f"{on / off:.2f} |\n")
     print()
     print(table)
     if a.out:

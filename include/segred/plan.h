@@ -21,6 +21,9 @@ struct Plan {
   std::array<int64_t, 3> grid{0, 0, 0};   // CUDA only
   std::array<int64_t, 3> block{0, 0, 0};  // CUDA only
   int64_t chunk = 0;  // elements per work item (CPU: blocked-reduction width / task size)
+  // A choice inside the path, where a path has one (segment_reduce's CUDA flat
+  // forward: "fused_fixup" or "fixup_tree", src/core/segment_geometry.h).
+  std::string_view variant;
 
   bool operator==(const Plan&) const = default;
   std::string to_string() const;

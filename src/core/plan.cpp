@@ -11,6 +11,7 @@ std::string Plan::to_string() const {
     os << ", grid=[" << grid[0] << "," << grid[1] << "," << grid[2] << "], block=[" << block[0] << "," << block[1]
        << "," << block[2] << "]";
   if (chunk) os << ", chunk=" << chunk;
+  if (!variant.empty()) os << ", variant=" << variant;
   os << "}";
   return os.str();
 }

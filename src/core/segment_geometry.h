@@ -75,22 +75,38 @@ struct SegmentGeometry {
   int64_t grid = 0;
   int block = kBlock;
   int index_bits = 64;
+  bool fused_fixup = false;  // flat forward: fix-up inside flat_reduce (fused_fixup_rule)
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Session 12: the inner == 1 forward combines its tile-crossing segments inside
-// flat_reduce (src/cuda/fused_fixup_rule.h) instead of a fixup_tree launch.
-// false: the fixup_tree launch, as before. For the benchmark's A/B and the tests
-// (both forms must give the same results); default true.
+// Session 12: the inner == 1 forward may combine its tile-crossing segments
+// inside flat_reduce (src/cuda/fused_fixup_rule.h) instead of a fixup_tree
+// launch: SegmentGeometry::fused_fixup, by the rule below. The tests and the
+// benchmark's A/B override the rule: 0 the rule, 1 always (float accumulators),
+// 2 never (the fixup_tree launch, as before).
 struct SegmentTestCaps {
-  std::atomic<bool> fused_fixup{true};
+  std::atomic<int> fused_fixup{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;
   return caps;
 }
 
+// Tiles one wave of flat_reduce holds on an H200 (132 SMs x 64 warps), rounded down.
+constexpr int64_t kFusedWaveTiles = 8192;
+
+// The fused fix-up saves the fixup_tree launch (3-20 us) but makes each tile that
+// completes a crossing segment wait, at its end, for the carries published by the
+// tiles before it: one L2 round trip per such tile. H200, session 12 (bench/NOTES.md,
+// fused / fixup_tree time): 1d_small_4kx16 0.88-0.90, 1d_64x1M 0.89-0.91,
+// 1d_one2^26 0.88-0.94, 1d_200k_exp40 0.97-1.01, 1d_2Mx32 1.12-1.23 (every tile
+// waits). So: fused when the call is one wave (the waits overlap) or when there
+// are at most a quarter as many segments as tiles (few tiles wait); float
+// accumulators only (a double value and its flag do not fit one 64-bit store).
+inline bool fused_fixup_rule(int64_t segs, int64_t workers, int esize) {
+  return esize != 8 && (workers <= kFusedWaveTiles || 4 * segs <= workers);
+}
 // `aligned`: data pointers allow vector loads (16-byte aligned); the planner
 // assumes they do (every allocator segred meets does); the launch code passes
 // the truth and falls back to vec = 1.
@@ -142,6 +158,10 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
   m = std::max(m, g.grid * g.block);
   m = std::max(m, D + 1);
   g.index_bits = (!g.prod_bwd && m < kIndex32Limit) ? 32 : 64;
+  if (g.flat && !g.prod_bwd && p.direction == Direction::Fwd) {
+    const int force = segment_test_caps().fused_fixup.load();
+    g.fused_fixup = force == 1 ? esize != 8 : force == 2 ? false : fused_fixup_rule(g.segs, g.workers, esize);
+  }
   return g;
 }
 

@@ -76,6 +76,44 @@ TEST(PlanCudaSegmentReduce, WorkedExampleGeometry) {
   EXPECT_EQ(p, plan_segment_reduce(cuda_problem(Direction::Fwd, 1, int64_t(1) << 26, 1, int64_t(1) << 21)));
 }
 
+// Session 12: the flat forward's fix-up variant (detail::fused_fixup_rule): fused
+// for one wave of tiles (<= 8192) or at most a quarter as many merge segments as tiles;
+// never for float64 (value and flag in one 64-bit store), never for the backward
+// or features. The benchmark's shapes, then the rule's edges exactly.
+TEST(PlanCudaSegmentReduce, FusedFixupVariant) {
+  auto variant = [](int64_t L, int64_t S, DType t = DType::Float32, Direction d = Direction::Fwd, int64_t inner = 1) {
+    return std::string(plan_segment_reduce(cuda_problem(d, 1, L, inner, S, t)).variant);
+  };
+  const int64_t M = int64_t(1) << 20;
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    SCOPED_TRACE(dtype_name(t));
+    EXPECT_EQ(variant(4096 * 16, 4096, t), "fused_fixup");                     // 1d_small: one wave
+    EXPECT_EQ(variant(64 * M, 64, t), "fused_fixup");                          // 1d_64x1M
+    EXPECT_EQ(variant(2 * M * 32, 2 * M, t), "fixup_tree");                    // 1d_2Mx32: every tile waits
+    // 1d_200k_exp40: 16 k fp32 tiles; 8 k 16-bit tiles (1024 items each): one wave.
+    EXPECT_EQ(variant(200000 * 40, 200000, t), t == DType::Float32 ? "fixup_tree" : "fused_fixup");
+    EXPECT_EQ(variant(int64_t(1) << 32, 3, t), "fused_fixup");                 // i64 too
+    EXPECT_EQ(variant(64 * M, 64, t, Direction::Bwd), "");                     // backward: no variant
+    EXPECT_EQ(variant(64 * M, 64, t, Direction::Fwd, 4), "");                  // features: no variant
+  }
+  EXPECT_EQ(variant(64 * M, 64, DType::Float64), "fixup_tree");
+  // Edges, fp32 (512 items per tile; D = S + 2 + L merge items, W = ceil(D / 512)).
+  const int64_t wave = detail::kFusedWaveTiles;
+  EXPECT_EQ(variant(wave * 512 - 2 - 3000 - 1, 3000, DType::Float32), "fused_fixup");  // W = 8192 exactly
+  EXPECT_EQ(variant(wave * 512 - 2 - 3000 + 1, 3000, DType::Float32), "fixup_tree");   // W = 8193, 4 S > W
+  // W = 20000 tiles: 4 U <= W up to U = S + 2 = 5000 merge segments.
+  EXPECT_EQ(variant(20000 * 512 - 2 - 4998, 4998, DType::Float32), "fused_fixup");
+  EXPECT_EQ(variant(20000 * 512 - 2 - 4999, 4999, DType::Float32), "fixup_tree");
+  // The override of the tests and the benchmark's A/B.
+  auto& caps = detail::segment_test_caps();
+  caps.fused_fixup = 1;
+  EXPECT_EQ(variant(2 * M * 32, 2 * M), "fused_fixup");
+  EXPECT_EQ(variant(64 * M, 64, DType::Float64), "fixup_tree");
+  caps.fused_fixup = 2;
+  EXPECT_EQ(variant(64 * M, 64), "fixup_tree");
+  caps.fused_fixup = 0;
+}
+
 TEST(PlanCudaSegmentReduce, FlatThresholdExact) {
   for (Direction d : {Direction::Fwd, Direction::Bwd}) {
     const char* i32 = d == Direction::Fwd ? "segment_reduce.fwd.cuda.flat.i32" : "segment_reduce.bwd.cuda.flat.i32";
