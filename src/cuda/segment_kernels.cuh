@@ -16,7 +16,10 @@
 //   fixup_tree       segment_reduce's fix-up (v5): fixup's phase 1, then the long
 //                    segments' carries in chunks of 32 tiles across the whole grid
 //                    and a tree per segment (see the kernel). fixup stays for the
-//                    ragged softmax family.
+//                    ragged softmax family. Session 12: the inner == 1 forward may
+//                    instead finish its crossing segments inside flat_reduce
+//                    (fuse_fixup below, src/cuda/fused_fixup_rule.h) when the plan
+//                    says so (SegmentGeometry::fused_fixup).
 //   fixup            the segments that cross tile edges (one cooperative launch):
 //                    every tile leaves a carry (partial of the segment open at its
 //                    end) and, when it completes a segment that began in an earlier

@@ -289,6 +289,21 @@ TEST_P(CudaSegmentReduce, LongSegmentsChunkedFixup) {
                  GetParam(), r, random_data(rng, R * inner, r, GetParam()), rng);
 }
 
+// Segments of kmin..kmax flat tiles (512 merge items, 1024 for 16-bit types), each
+// length off by each of `ds` items, every one followed by a short segment
+// (1 + (k * mul + d) % mod) so that the tile alignment of the next one varies.
+std::vector<int64_t> tile_multiple_lengths(int64_t kmin, int64_t kmax, DType t, std::initializer_list<int64_t> ds,
+                                           int64_t mul, int64_t mod) {
+  const int64_t items = dtype_size(t) == 2 ? 1024 : 512;
+  std::vector<int64_t> lens;
+  for (int64_t k = kmin; k <= kmax; ++k)
+    for (int64_t d : ds) {
+      lens.push_back(k * items + d);
+      lens.push_back(1 + (k * mul + d) % mod);
+    }
+  return lens;
+}
+
 // Session 6: fixup_tree returns after phase 1 when prepare found no crossing
 // segment spanning more than 32 tiles (long_count[1] == 0). Segments of 30 to 34
 // flat tiles (512 merge items, 1024 for 16-bit types), each length off by a few
@@ -301,22 +316,16 @@ TEST_P(CudaSegmentReduce, SegmentsAroundTheLongFixupThreshold) {
   const uint64_t seed = fresh_seed();
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  const int64_t items = dtype_size(GetParam()) == 2 ? 1024 : 512;
-  std::vector<int64_t> lens;
-  for (int64_t k = 30; k <= 34; ++k)
-    for (int64_t d : {-2, 0, 3}) {
-      lens.push_back(k * items + d);
-      lens.push_back(1 + (k * 7 + d) % 13);
-    }
+  const std::vector<int64_t> lens = tile_multiple_lengths(30, 34, GetParam(), {-2, 0, 3}, 7, 13);
   int64_t L = 0;
   for (auto v : lens) L += v;
   for (const char* r : {"sum", "max"})
     check_cuda(from_lengths({L}, 0, {lens}), GetParam(), r, random_data(rng, L, r, GetParam()), rng);
 }
 
-// Session 12: the inner == 1 forward combines crossing segments inside flat_reduce
-// (src/cuda/fused_fixup_rule.h): one counter up to kFuseShort = 64 carries, else
-// runs of aligned 256-tile chunks, then the segment. Segments of 62 to 66 tiles
+// Session 12: the inner == 1 forward may combine crossing segments inside flat_reduce
+// (src/cuda/fused_fixup_rule.h): the completing tile reads up to kFuseShort = 64
+// published carries, else the parts of aligned 256-tile runs. Segments of 62 to 66 tiles
 // (each length off by a few items, short ones between so their tile alignment
 // varies) straddle the short/long edge; segments of 300k-600k elements span
 // several runs (256 fp32 tiles = 131072 items), start mid-chunk, and end in the
@@ -326,13 +335,7 @@ TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
   const uint64_t seed = fresh_seed();
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  const int64_t items = dtype_size(GetParam()) == 2 ? 1024 : 512;
-  std::vector<int64_t> lens;
-  for (int64_t k = 62; k <= 66; ++k)
-    for (int64_t d : {-3, 0, 2}) {
-      lens.push_back(k * items + d);
-      lens.push_back(1 + (k * 5 + d) % 11);
-    }
+  std::vector<int64_t> lens = tile_multiple_lengths(62, 66, GetParam(), {-3, 0, 2}, 5, 11);
   for (int64_t v : {int64_t(300001), int64_t(0), int64_t(1), int64_t(600000), int64_t(140000), int64_t(7),
                     int64_t(262145)})
     lens.push_back(v);
