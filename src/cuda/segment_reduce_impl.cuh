@@ -175,7 +175,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     // fixup_tree launch
     // (segment_geometry.h, fused_fixup_rule; double accumulators keep the launch: value and
     // flag in one 64-bit store).
-    const bool fused = sizeof(A) == 4 && g.fused_fixup && c.fuse_pub != nullptr;
+    const bool fused = sizeof(A) == 4 && g.fused_fixup;
     FuseFix<Idx> fz;
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
     k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, Idx(g.positions), tile_i, tile_j, carry,
