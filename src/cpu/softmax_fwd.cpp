@@ -97,6 +97,15 @@ void softmax_vec_math(SoftmaxIsa isa, bool log, const float* in, float* out, int
 }
 void softmax_vec_exp16(SoftmaxIsa isa, const float* in, float* out, int64_t n) { SEGRED_SOFTMAX_ON_ISA(isa, vec_math(2, in, out, n)) }
 
+// Test hook (declared where used, tests/cpp/test_softmax.cpp): whether the
+// spatial forward of this plan and problem prefetches its next blocks into L2
+// only (softmax_fwd_kernels.inc, run; the same rule in every build).
+bool softmax_spatial_prefetch_l2(const Plan& plan, const SoftmaxProblem& p) {
+  bool l2 = false;
+  SEGRED_DISPATCH_FLOAT(p.dtype, T, [&] { l2 = isa_base::spatial_prefetch_l2<T>(plan, p); });
+  return l2;
+}
+
 void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x, const TensorView& out) {
   detail::record_launch(plan.path);
   const bool last = plan.path.find(".lastdim.") != std::string_view::npos;

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "src/cpu/softmax_kernels.h"
@@ -856,6 +857,18 @@ INSTANTIATE_TEST_SUITE_P(AllDtypes, SegmentReduceNarrowRows, ::testing::ValuesIn
 // streamed and plain.
 class SegmentReduceStagedFills : public ::testing::TestWithParam<DType> {};
 
+// Two batched rows of offsets over `lens` without its last length: row 0 from 3
+// in order, row 1 from 0 in reverse order, and an axis length 5 past both ends.
+std::tuple<std::vector<int64_t>, std::vector<int64_t>, int64_t> two_batched_rows(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> o0 = {3}, o1 = {0};
+  for (size_t k = 0; k + 1 < lens.size(); ++k) {
+    o0.push_back(o0.back() + lens[k]);
+    o1.push_back(o1.back() + lens[lens.size() - 2 - k]);
+  }
+  const int64_t L2 = std::max(o0.back(), o1.back()) + 5;
+  return {o0, o1, L2};
+}
+
 TEST_P(SegmentReduceStagedFills, VaryingFlatFillsEveryBuild) {
   const DType t = GetParam();
   const uint64_t seed = fresh_seed();
@@ -878,12 +891,7 @@ TEST_P(SegmentReduceStagedFills, VaryingFlatFillsEveryBuild) {
   for (int k = 0; k < 2; ++k) lens.push_back(0);
   const int64_t L = sum_of(lens);
   SCOPED_TRACE(::testing::Message() << "L " << L << ", S " << lens.size());
-  std::vector<int64_t> o0 = {3}, o1 = {0};
-  for (size_t k = 0; k + 1 < lens.size(); ++k) {
-    o0.push_back(o0.back() + lens[k]);
-    o1.push_back(o1.back() + lens[lens.size() - 2 - k]);
-  }
-  const int64_t L2 = std::max(o0.back(), o1.back()) + 5;
+  const auto [o0, o1, L2] = two_batched_rows(lens);
   for_each_isa_and_store([&] {
     const Layout lay = from_lengths({L}, 0, {lens});
     for (const char* r : {"sum", "mean"}) check_reduce(lay, t, r, random_data(rng, L, r, t), rng, {true, true, true});
@@ -894,6 +902,161 @@ TEST_P(SegmentReduceStagedFills, VaryingFlatFillsEveryBuild) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FloatStorage, SegmentReduceStagedFills,
+                         ::testing::Values(DType::Float32, DType::Float16, DType::BFloat16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---- Session 12 (H25): flat sum / mean backward runs of single-element segments ----
+
+// sr_run16 (float16, bfloat16) and sr_run (float32) write a run whose segments all
+// hold one element (1d_huge_plus_ones: the singles beside a long segment) a chunk
+// at a time from the upstream values themselves (16-bit: the group fill's values
+// stored as they are; float32: g's vectors), each chunk checked first (o[s + k] ==
+// o[s] + k), else the general path. Runs here: singles between long segments
+// (phase 2's), a run that only looks like singles (equal spans: a 0 then a 2 inside),
+// an empty one inside, runs of 1 to 40 singles, runs ending at the tensor's end;
+// from offset 0 and batched from offset 3 (partial first vectors). Against float64,
+// every build, streamed and plain; then bit for bit the baseline build's output
+// (the equal-length loop) with NaNs, signalling NaNs, -0 and infinities in g.
+class SegmentReduceSingles : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SegmentReduceSingles, FlatSingleRunsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const int64_t kLong = 70000;  // over a piece (2^16 rows): phase 2 writes it
+  std::vector<int64_t> lens;
+  auto ones = [&](int64_t n) { lens.insert(lens.end(), size_t(n), 1); };
+  ones(1500);
+  lens.push_back(kLong);
+  ones(2100);
+  lens.push_back(0);
+  lens.push_back(2);  // the run's spans still equal its count: looks like singles
+  ones(1300);
+  lens.push_back(kLong);
+  for (int64_t n : {1, 2, 7, 16, 17, 31, 32, 33, 40}) {
+    ones(n);
+    lens.push_back(kLong + n);
+  }
+  ones(900);
+  lens.push_back(0);  // an empty one inside a run of singles
+  ones(1100);
+  const int64_t L = sum_of(lens);
+  SCOPED_TRACE(::testing::Message() << "L " << L << ", S " << lens.size());
+  const auto [o0, o1, L2] = two_batched_rows(lens);
+  const Layout lay = from_lengths({L}, 0, {lens});
+  const Layout lay2 = from_offsets({2, L2}, 1, {o0, o1});
+  for_each_isa_and_store([&] {
+    for (const char* r : {"sum", "mean"}) {
+      check_reduce(lay, t, r, random_data(rng, L, r, t), rng, {false, true, false});
+      check_reduce(lay2, t, r, random_data(rng, 2 * L2, r, t), rng, {false, true, false});
+    }
+  });
+  // Bit for bit the baseline build's output, specials in g (signalling NaNs too).
+  const int64_t es = dtype_size(t);
+  for (const Layout* ly : {&lay, &lay2}) {
+    const Tensor meta = ly->meta();
+    const Segments seg = segments_of(*ly, meta);
+    const Tensor x = make_tensor(random_data(rng, numel(ly->shape), "sum", t), ly->shape, t);
+    std::vector<double> gv = mixed_grads(rng, numel(ly->out_shape()), t);
+    for (size_t k = 0; k < gv.size(); k += 5) gv[k] = k % 3 == 0 ? kNaN : k % 3 == 1 ? -0.0 : -kInf;
+    const Tensor grad = make_tensor(gv, ly->out_shape(), t);
+    const Tensor out = segment_reduce(x, Reduce::Sum, seg);
+    for (size_t k = 2; k < gv.size(); k += 7) {  // signalling NaNs of either sign
+      char* gp = static_cast<char*>(grad.data()) + k * size_t(es);
+      if (t == DType::Float32) {
+        const uint32_t b = k % 2 ? 0xff800001u : 0x7f810000u;
+        std::memcpy(gp, &b, 4);
+      } else {
+        const uint16_t b = t == DType::BFloat16 ? (k % 2 ? 0xff81 : 0x7f81) : (k % 2 ? 0xfc01 : 0x7c02);
+        std::memcpy(gp, &b, 2);
+      }
+    }
+    for (Reduce red : {Reduce::Sum, Reduce::Mean}) {
+      Tensor want;
+      for_each_isa_and_store([&] {
+        Tensor gi = filled(ly->shape, t, 7777.0);
+        segment_reduce_backward_out(grad, out, x, red, seg, Tie::Split, gi);
+        if (!want.data()) want = std::move(gi);  // the baseline build, plain stores
+        else EXPECT_TRUE(same_bits(gi, want)) << (red == Reduce::Sum ? "sum" : "mean") << ": not the baseline's bits";
+      });
+    }
+  }
+}
+
+// sr_flat_block (forward): a group of kVF segments of one length of 1 to 4 whole
+// vectors, checked segment by segment, reads them with the length a constant
+// (sr_flat_lanes_fixed). Lengths here: runs of equal whole-vector lengths for every
+// build's kVF (4, 8, 16: 4 to 128 elements), runs whose spans look equal but whose
+// lengths differ (31/33, 0/64, 15/17), a long segment after them; plain and batched
+// (a second row of offsets). Every segment's output bit for bit that segment
+// reduced alone (no group), every build, sum / mean / max / min with NaN and inf.
+TEST_P(SegmentReduceSingles, ForwardFixedLengthGroupsEveryBuild) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> lens;
+  for (int64_t n : {4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 32, 16}) lens.insert(lens.end(), 37, n);
+  std::vector<int64_t> odd(40, 32);
+  odd[5] = 31;
+  odd[6] = 33;
+  odd[20] = 0;
+  odd[21] = 64;
+  lens.insert(lens.end(), odd.begin(), odd.end());
+  std::vector<int64_t> odd16(40, 16);
+  odd16[3] = 15;
+  odd16[9] = 17;
+  lens.insert(lens.end(), odd16.begin(), odd16.end());
+  lens.push_back((int64_t(1) << 16) + 5);  // long: phase 2
+  lens.insert(lens.end(), 21, 8);
+  const int64_t L = sum_of(lens), S = int64_t(lens.size());
+  SCOPED_TRACE(::testing::Message() << "L " << L << ", S " << S);
+  const int64_t es = dtype_size(t);
+  IsaScope restore;
+  for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
+    SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
+    cpu::softmax_isa_cap() = isa;
+    for (const char* r : {"sum", "mean", "max", "min"}) {
+      std::vector<double> x = random_data(rng, 2 * L, r, t);
+      std::uniform_int_distribution<int64_t> pos(0, 2 * L - 1);
+      for (double special : {kNaN, kInf, -kInf})
+        for (int k = 0; k < 8; ++k) x[size_t(pos(rng))] = special;
+      x = rounded(t, x);
+      for (int batched = 0; batched < 2; ++batched) {
+        std::vector<int64_t> meta = lens;
+        if (batched) meta.insert(meta.end(), lens.rbegin(), lens.rend());
+        const int64_t rows = batched ? 2 : 1;
+        const Tensor xt = make_tensor(std::vector<double>(x.begin(), x.begin() + rows * L), batched ? Shape{2, L} : Shape{L}, t);
+        const Tensor mt = make_index(meta, batched ? Shape{2, S} : Shape{S}, DType::Int64);
+        Segments seg;
+        seg.lengths = mt.view();
+        seg.axis = batched ? 1 : 0;
+        const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
+        int64_t b = 0;
+        for (int64_t i = 0; i < rows * S; ++i) {
+          const int64_t n = meta[size_t(i)];
+          if (i == S) b = L;  // the second row starts at its own row
+          if (n <= (int64_t(1) << 16)) {
+            const Tensor one = make_tensor(std::vector<double>(x.begin() + b, x.begin() + b + n), Shape{n}, t);
+            const Tensor ml = make_index({n}, Shape{1}, DType::Int64);
+            Segments s1;
+            s1.lengths = ml.view();
+            const Tensor o1 = segment_reduce(one, parse_reduce(r), s1);
+            const double got = load_value(t, out.data(), i), alone = load_value(t, o1.data(), 0);
+            const bool eq = std::memcmp(static_cast<const char*>(out.data()) + size_t(i) * es, o1.data(), size_t(es)) == 0;
+            ASSERT_TRUE(eq || (std::isnan(got) && std::isnan(alone)))
+                << r << (batched ? " batched" : "") << " segment " << i << " of length " << n << ": " << got
+                << " vs alone " << alone;
+          }
+          b += n;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FloatStorage, SegmentReduceSingles,
                          ::testing::Values(DType::Float32, DType::Float16, DType::BFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

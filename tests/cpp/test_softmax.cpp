@@ -428,6 +428,21 @@ TYPED_TEST(SoftmaxDtype, LastdimSpeculativeBasesEveryIsaAndStoreMode) {
 // contiguous copy. [2, 300, 700]: several blocks per tile whose last block is
 // shorter than the next tile's first, rows not on cache lines, a narrower
 // partial tile followed by a whole one (the next rows' prefetches of each case).
+
+// Each case (shape over dim 1, data xs[k], gradients gs[k]) against the float64
+// reference on every ISA build, with ordinary and with streaming stores.
+template <class T, class Cases>
+void check_cases_every_isa_and_store(const Cases& cases, const std::vector<std::vector<double>>& xs,
+                                     const std::vector<std::vector<double>>& gs) {
+  for (cpu::SoftmaxIsa isa : runnable_isas())
+    for (int mode : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << (mode == 2 ? ", streaming stores" : ""));
+      cpu::softmax_isa_cap() = int(isa);
+      cpu::softmax_stream_mode() = mode;
+      for (size_t k = 0; k < cases.size(); ++k) check_against_reference<T>(decompose(cases[k].shape, 1), xs[k], gs[k]);
+    }
+}
+
 TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
   using T = TypeParam;
   IsaAndStreamScope restore;
@@ -463,13 +478,7 @@ TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
     xs.push_back(x);
     gs.push_back(rng.grads(x.size()));
   }
-  for (cpu::SoftmaxIsa isa : runnable_isas())
-    for (int mode : {1, 2}) {
-      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << (mode == 2 ? ", streaming stores" : ""));
-      cpu::softmax_isa_cap() = int(isa);
-      cpu::softmax_stream_mode() = mode;
-      for (size_t k = 0; k < cases.size(); ++k) check_against_reference<T>(decompose(cases[k].shape, 1), xs[k], gs[k]);
-    }
+  check_cases_every_isa_and_store<T>(cases, xs, gs);
   // Non-contiguous: the [1, 4100, 260] case read through a view with D and inner
   // swapped in storage (logical [1, 4100, 260] over storage [1, 260, 4100]).
   const Case& c = cases[1];
@@ -1013,6 +1022,68 @@ TEST(SoftmaxOps, ExpAccFloatWithinTwoUlp) {
   EXPECT_EQ(ops::exp_acc(89.0f), std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(ops::exp_acc(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_GT(ops::exp_acc(-100.0f), 0.0f);  // a subnormal result, not flushed
+}
+
+}  // namespace
+
+namespace segred::cpu {
+// Test hook of src/cpu/softmax_fwd.cpp: whether the spatial forward of this plan
+// and problem prefetches its next blocks into L2 only (prefetcht2).
+bool softmax_spatial_prefetch_l2(const Plan& plan, const SoftmaxProblem& p);
+}  // namespace segred::cpu
+
+namespace {
+
+// The spatial forward's kernel that prefetches the next block into L2 only
+// (session 12, softmax_fwd_kernels.inc run): rows 4 KiB apart (inner * size a
+// multiple of 4096: every dtype, both ops; W = 1 KiB rows with several tiles and
+// blocks, and a long D) and 16-bit softmax tiles of 512 columns
+// (128 KiB of exps per block: [2, 300, 700], whose partial tile of 188 columns
+// follows a whole one); float32 / float64 and log_softmax at [2, 300, 700] keep
+// the prefetcht0 kernel. Which kernel each call takes is asserted through the
+// kernel's own rule (the hook), so the shapes keep reaching the kernel they are
+// here for; each against the float64 reference on every ISA build with both
+// store modes, with -inf prefixes across blocks, +inf, NaN and the max in late
+// blocks. (A prefetch cannot change a result: what this catches is the kernel
+// instantiated for kPfL2 computing anything but the other's values.)
+TYPED_TEST(SoftmaxDtype, SpatialPrefetchToL2KernelAgainstReference) {
+  using T = TypeParam;
+  IsaAndStreamScope restore;
+  Rng rng;
+  SEED_TRACE(rng);
+  const DType dt = dtype_of<T>();
+  const int64_t i4k = 4096 / int64_t(sizeof(T));  // inner of rows 4 KiB apart
+  struct Case {
+    Shape shape;
+    bool l2_softmax, l2_log;  // the kernel each op must take
+  };
+  const bool half = sizeof(T) == 2;
+  const std::vector<Case> cases = {
+      {{2, 100, i4k}, true, true},        // D <= 512: 1 KiB rows, 4 tiles per outer index, 2-7 blocks
+      {{1, 560, i4k}, true, true},        // D > 512: narrower tiles (W = 128 but float64), 9-35 blocks
+      {{2, 300, 700}, half, false},       // 16-bit softmax at W = 512; the others at t0
+  };
+  std::vector<std::vector<double>> xs, gs;
+  for (const Case& c : cases) {
+    for (bool log : {false, true}) {
+      const SoftmaxProblem p = make_softmax_problem(c.shape, 1, dt, Direction::Fwd, log);
+      EXPECT_EQ(cpu::softmax_spatial_prefetch_l2(plan_softmax(p), p), log ? c.l2_log : c.l2_softmax)
+          << shape_string(c.shape) << (log ? " log_softmax" : " softmax");
+    }
+    const int64_t O = c.shape[0], D = c.shape[1], I = c.shape[2];
+    ASSERT_GT(D, 64);  // several statistics blocks (R <= 64): the exps pass prefetches the next one
+    auto x = rng.values(size_t(O * D * I), 6.0);
+    auto at = [&](int64_t o, int64_t d, int64_t j) -> double& { return x[size_t((o * D + d) * I + j)]; };
+    const int64_t last = O - 1;
+    for (int64_t d = 0; d < D / 2 + 1; ++d) at(0, d, 5) = -kInf;  // -inf prefix across blocks
+    at(0, D - 1, I - 3) = 40.0;                                      // the max in the last block, last tile
+    at(0, D - 2, 7) = kInf;                                          // +inf late: NaN
+    at(last, D - 1, 9) = kNaN;                                       // NaN in the last row: NaN
+    at(last, 70, I - 1) = -50.0;                                     // a low value in the partial tile
+    xs.push_back(x);
+    gs.push_back(rng.grads(x.size()));
+  }
+  check_cases_every_isa_and_store<T>(cases, xs, gs);
 }
 
 }  // namespace
