@@ -171,10 +171,9 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_reduce");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
-    // The fix-up fused into flat_reduce (session 12) where the geometry says so: no
-    // fixup_tree launch
-    // (segment_geometry.h, fused_fixup_rule; double accumulators keep the launch: value and
-    // flag in one 64-bit store).
+    // The fix-up fused into flat_reduce (session 12) where the plan says so
+    // (segment_geometry.h, fused_fixup_rule): no fixup_tree launch. double accumulators
+    // keep the launch (a value and its flag must fit one 64-bit store).
     const bool fused = sizeof(A) == 4 && g.fused_fixup;
     FuseFix<Idx> fz;
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
