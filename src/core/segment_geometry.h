@@ -107,6 +107,11 @@ constexpr int64_t kFusedWaveTiles = 8192;
 inline bool fused_fixup_rule(int64_t segs, int64_t workers, int esize) {
   return esize != 8 && (workers <= kFusedWaveTiles || 4 * segs <= workers);
 }
+
+// The calls that have the choice: the inner == 1 forward (flat_reduce).
+inline bool has_fixup_variant(const SegmentGeometry& g, Direction dir) {
+  return g.flat && !g.prod_bwd && dir == Direction::Fwd;
+}
 // `aligned`: data pointers allow vector loads (16-byte aligned); the planner
 // assumes they do (every allocator segred meets does); the launch code passes
 // the truth and falls back to vec = 1.
@@ -158,7 +163,7 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
   m = std::max(m, g.grid * g.block);
   m = std::max(m, D + 1);
   g.index_bits = (!g.prod_bwd && m < kIndex32Limit) ? 32 : 64;
-  if (g.flat && !g.prod_bwd && p.direction == Direction::Fwd) {
+  if (has_fixup_variant(g, p.direction)) {
     const int force = segment_test_caps().fused_fixup.load();
     g.fused_fixup = force == 1 ? esize != 8 : force == 2 ? false : fused_fixup_rule(g.segs, g.workers, esize);
   }

@@ -62,7 +62,7 @@ Plan plan_segment_reduce(const SegmentProblem& p) {
     plan.grid = {g.grid, 1, 1};
     plan.block = {g.block, 1, 1};
     plan.chunk = g.items;
-    if (g.flat && !g.prod_bwd && p.direction == Direction::Fwd) plan.variant = g.fused_fixup ? "fused_fixup" : "fixup_tree";
+    if (detail::has_fixup_variant(g, p.direction)) plan.variant = g.fused_fixup ? "fused_fixup" : "fixup_tree";
     return plan;
   }
   if (p.direction == Direction::Fwd)
