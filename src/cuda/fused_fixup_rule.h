@@ -20,6 +20,11 @@
 //     run's last tile waits for the run's carries, combines them (fixed order)
 //     and publishes part[rs] (rs = the run's first tile); the completing tile
 //     waits for the runs' parts, combines them (fixed order), then its head.
+//   a crossing segment with at most kFuseReread positions before its completing
+//     tile (the common case of short segments: every tile completes one) is not
+//     waited for at all: that tile re-reads those positions from x (in L2: the
+//     tile before read them just now), loads issued before its walk, and folds
+//     them (fixed order) before its head.
 // Every wait is on lower tiles, which the GPU starts no later (blocks are
 // dispatched in index order, as CUB's single-pass scan also assumes): no
 // cycle. pub and part are zeroed by prepare. A carry whose segment does not
@@ -38,12 +43,20 @@
 namespace segred::cuda::fuse {
 
 constexpr int kFuseShort = 64;     // carries up to which the completing tile reads them all
+constexpr int kFuseReread = 32;    // positions before the completing tile it re-reads from x instead
 constexpr int64_t kFuseRun = 256;  // tiles per aligned chunk of a long segment's runs
 
 // First carry tile of segment t, from qt = q[t] (segment t starts at position qt).
 template <class Idx>
 SEGRED_FUSE_HD Idx first_carry_tile(Idx t, Idx qt, Idx items) {
   return t == 0 ? Idx(0) : Idx((t - 1 + qt) / items);
+}
+
+// True when the completing tile re-reads the `before` positions of its crossing
+// segment that lie before it (q[t] to tile_j[we]) instead of waiting for carries.
+template <class Idx>
+SEGRED_FUSE_HD bool reread(Idx before) {
+  return before <= Idx(kFuseReread);
 }
 
 template <class Idx>

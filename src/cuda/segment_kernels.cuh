@@ -751,10 +751,12 @@ __device__ __forceinline__ float fuse_serial(const Fn& fn, const unsigned long l
 // the end of a long segment's run, the run's part; then, when the tile completes
 // the crossing segment th (has_head; its head value in every lane), wait for
 // that segment's carries or parts and finish it. qo: fuse_open(q, fz, t_open).
+// pre: with reread (fuse::reread of segment th's positions before tile w), lane
+// l's re-read position q[th] + l (identity past them), loaded before the walk.
 template <class Fn, class Idx>
 __device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__ q, const FuseFix<Idx>& fz, Idx w,
                                            typename Fn::A val, Idx t_open, FuseOpen<Idx> qo, bool has_head, Idx th,
-                                           typename Fn::A head_val, int lane) {
+                                           typename Fn::A head_val, bool reread, typename Fn::A pre, int lane) {
   if constexpr (sizeof(typename Fn::A) == 4) {
     if (t_open < fz.U) {
       if (lane == 31) fuse_publish(fz.pub + w, val);
@@ -770,7 +772,12 @@ __device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__
         }
       }
     }
-    if (has_head) {
+    if (has_head && reread) {  // no wait: the positions before the tile, as re-read
+      float acc = pre;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc = fn.combine(acc, __shfl_down_sync(kFull, acc, off));
+      if (lane == 0) fn.finish(th, 0, fn.combine(acc, head_val));
+    } else if (has_head) {
       const Idx w0 = fuse::first_carry_tile(th, q[th], fz.items);
       const float acc =
           fuse::is_long(w0, w)
@@ -781,7 +788,7 @@ __device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__
     }
   } else {
     (void)fn, (void)q, (void)fz, (void)w, (void)val, (void)t_open, (void)qo, (void)has_head, (void)th, (void)head_val,
-        (void)lane;
+        (void)reread, (void)pre, (void)lane;
   }
 }
 
@@ -814,7 +821,7 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
       if (fz.pub == nullptr) {
         if (lane == 31) carry[w] = val;  // fixup_tree follows
       } else {
-        fuse_fixup(fn, q, fz, w, val, i0, qo, false, i0, val, lane);
+        fuse_fixup(fn, q, fz, w, val, i0, qo, false, i0, val, false, val, lane);
       }
       return;
     }
@@ -822,6 +829,19 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   const auto t = flat_stage<Raw, Idx>(x, true, kFlatVec<Raw> && aligned16_dev(x), nel, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
   const FuseOpen<Idx> qo = fuse_open(q, fz, t.i1);
+  // Fused fix-up: the crossing segment this tile completes, if it has at most
+  // kFuseReread positions before the tile, re-read from x now (one load per lane,
+  // in flight during the walk) instead of waited for at the end (fused_fixup_rule.h).
+  bool reread = false;
+  A pre = fn.identity();
+  if (fz.pub != nullptr && t.i1 > t.i0) {
+    const Idx qs = q[t.i0];
+    if (qs < t.j0 && fuse::reread(Idx(t.j0 - qs))) {
+      reread = true;
+      const Idx j = qs + Idx(lane);
+      if (j < t.j0) pre = fn.value(fn.ctx(t.i0, 0), j, x[j]);
+    }
+  }
   int ti, tj, items;
   flat_lane_split<kIpl<Raw>>(t.s_e, t.ns, t.ne, lane, ti, tj, items);
   const int ti_start = ti;
@@ -899,7 +919,7 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   }
   const unsigned hb = __ballot_sync(kFull, head_lane);
   const A head_val = __shfl_sync(kFull, hv, hb ? __ffs(hb) - 1 : 0);
-  fuse_fixup(fn, q, fz, w, val, t.i1, qo, hb != 0, t.i0, head_val, lane);
+  fuse_fixup(fn, q, fz, w, val, t.i1, qo, hb != 0, t.i0, head_val, reread, pre, lane);
 }
 
 template <class Fn, class Idx>

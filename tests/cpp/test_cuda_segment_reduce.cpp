@@ -325,7 +325,8 @@ TEST_P(CudaSegmentReduce, SegmentsAroundTheLongFixupThreshold) {
 
 // Session 12: the inner == 1 forward may combine crossing segments inside flat_reduce
 // (src/cuda/fused_fixup_rule.h): the completing tile reads up to kFuseShort = 64
-// published carries, else the parts of aligned 256-tile runs. Segments of 62 to 66 tiles
+// published carries, else the parts of aligned 256-tile runs, and re-reads from x the
+// positions of a crossing segment before it when there are at most 32. Segments of 62 to 66 tiles
 // (each length off by a few items, short ones between so their tile alignment
 // varies) straddle the short/long edge; segments of 300k-600k elements span
 // several runs (256 fp32 tiles = 131072 items), start mid-chunk, and end in the
@@ -339,6 +340,9 @@ TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
   for (int64_t v : {int64_t(300001), int64_t(0), int64_t(1), int64_t(600000), int64_t(140000), int64_t(7),
                     int64_t(262145)})
     lens.push_back(v);
+  // Short segments: nearly every tile completes one that began in the tile before,
+  // with 1 to 40 positions there (re-read from x up to kFuseReread = 32, else waited for).
+  for (int64_t i = 0; i < 4000; ++i) lens.push_back(1 + (i * 37) % 40);
   int64_t L = 0;
   for (auto v : lens) L += v;
   auto& caps = detail::segment_test_caps();

@@ -6,8 +6,8 @@
 // waits for is published). Checks, for every layout: every wait is on a lower
 // tile (so the lowest unfinished tile can always move: no deadlock); each
 // crossing segment is finished exactly once, by its completing tile, with the
-// exact total; no other segment is finished by the fix-up; no slot is written
-// twice. Small `items` give long segments (> kFuseShort carries, several runs)
+// exact total (re-read, short, or through the runs' parts); no other segment is
+// finished by the fix-up; no slot is written twice. Small `items` give long segments (> kFuseShort carries, several runs)
 // cheaply. It runs on every machine: a rule error shows up here, not on the H200.
 #include <gtest/gtest.h>
 
@@ -84,7 +84,7 @@ struct Replay {
   std::vector<int> stage;          // per tile: 0 carry to publish, 1 run part, 2 head, 3 done
   std::vector<int> finished;       // per segment: times finished by the fix-up
   std::vector<int64_t> result;     // per segment
-  int fired_runs = 0, fired_long = 0;
+  int fired_runs = 0, fired_long = 0, fired_reread = 0, fired_short = 0;
 
   Replay(const Layout& l, int64_t it, const Tiles& tt) : L(l), items(it), t(tt) {
     pub.assign(size_t(t.W + 1), 0);
@@ -140,10 +140,15 @@ struct Replay {
         const int64_t th = t.ti[size_t(w)], w0 = fct(th);
         EXPECT_LT(w0, w);
         int64_t acc = 0;
-        if (!fuse::is_long(w0, w)) {
+        const int64_t before = t.tj[size_t(w)] - L.q[size_t(th)];
+        if (fuse::reread(before)) {  // no wait: the positions before the tile re-read
+          for (int64_t p = L.q[size_t(th)]; p < t.tj[size_t(w)]; ++p) acc += p + 1;
+          ++fired_reread;
+        } else if (!fuse::is_long(w0, w)) {
           for (int64_t p = w0; p < w; ++p)
             if (!pub_set[size_t(p)]) return false;
           for (int64_t p = w0; p < w; ++p) acc += pub[size_t(p)];
+          ++fired_short;
         } else {
           for (int64_t m = 0; m < fuse::runs(w0, w); ++m) {
             const int64_t slot = fuse::run_slot(m, w0);
@@ -167,7 +172,7 @@ struct Replay {
   }
 };
 
-int g_fired_long = 0, g_fired_runs = 0;  // the long paths were reached (asserted per test)
+int g_fired_long = 0, g_fired_runs = 0, g_fired_reread = 0, g_fired_short = 0;  // paths reached (asserted)
 
 void check_layout(const Layout& L, int64_t items, std::mt19937_64& rng, const char* what, int orders = 3) {
   SCOPED_TRACE(::testing::Message() << what << ": U " << L.U << ", N " << L.N << ", items " << items);
@@ -197,6 +202,8 @@ void check_layout(const Layout& L, int64_t items, std::mt19937_64& rng, const ch
     }
     g_fired_long += r.fired_long;
     g_fired_runs += r.fired_runs;
+    g_fired_reread += r.fired_reread;
+    g_fired_short += r.fired_short;
     for (int64_t s = 0; s < L.U; ++s) {
       const int64_t w0 = r.fct(s), we = r.fct(s + 1);
       const bool crossing = w0 < we && L.q[size_t(s)] < t.tj[size_t(we)];
@@ -220,7 +227,7 @@ Layout from_lengths(const std::vector<int64_t>& len) {
 
 TEST(FusedFixupRule, EveryCrossingSegmentFinishedOnceWithItsTotal) {
   std::mt19937_64 rng(12);
-  g_fired_long = g_fired_runs = 0;
+  g_fired_long = g_fired_runs = g_fired_reread = g_fired_short = 0;
   // The benchmark's shapes, scaled: equal short segments, few long ones, one
   // huge beside many singles, exponential lengths with empty segments.
   for (const int64_t items : {3, 4, 7, 16, 512}) {
@@ -236,6 +243,8 @@ TEST(FusedFixupRule, EveryCrossingSegmentFinishedOnceWithItsTotal) {
   }
   EXPECT_GT(g_fired_long, 0);
   EXPECT_GT(g_fired_runs, g_fired_long);
+  EXPECT_GT(g_fired_reread, 0);
+  EXPECT_GT(g_fired_short, 0);
 }
 
 TEST(FusedFixupRule, RunAndShortBoundaries) {
@@ -243,7 +252,7 @@ TEST(FusedFixupRule, RunAndShortBoundaries) {
   // at run edges (multiples of kFuseRun, +-1), at every start phase within a tile
   // and a chunk; empty segments between them; a segment ending exactly at a tile end.
   std::mt19937_64 rng(7);
-  g_fired_long = g_fired_runs = 0;
+  g_fired_long = g_fired_runs = g_fired_reread = g_fired_short = 0;
   const int64_t items = 4;
   std::vector<int64_t> len;
   for (const int64_t carries :
@@ -266,6 +275,8 @@ TEST(FusedFixupRule, RunAndShortBoundaries) {
   check_layout(from_lengths({0, 0, 0, 1, 0, 0}), 1, rng, "singletons");
   EXPECT_GT(g_fired_long, 0);
   EXPECT_GT(g_fired_runs, g_fired_long);
+  EXPECT_GT(g_fired_reread, 0);
+  EXPECT_GT(g_fired_short, 0);
 }
 
 }  // namespace
