@@ -444,7 +444,8 @@ size_t prepare_bytes(const detail::SegmentGeometry& geo, int64_t scan_target, bo
   size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<int>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
   if (tiles)
     b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(2) +
-         Arena::bytes<Idx>(geo.workers / kShortFix + 1) + Arena::bytes<unsigned long long>(2 * (geo.workers + 1));
+         Arena::bytes<Idx>(geo.workers / kShortFix + 1) +
+         (geo.fused_fixup ? Arena::bytes<unsigned long long>(2 * (geo.workers + 1)) : 0);
   return b;
 }
 
@@ -476,9 +477,11 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
     a.tile_j = c.arena->take<Idx>(geo.workers + 1);
     a.long_count = c.arena->take<unsigned>(2);  // [0] fix-up counter, [1] a long crossing segment may exist
     c.long_list = c.arena->take<Idx>(geo.workers / kShortFix + 1);
-    a.fuse_n = 2 * (geo.workers + 1);
-    a.fuse_pub = c.arena->take<unsigned long long>(a.fuse_n);
-    c.fuse_pub = a.fuse_pub;
+    if (geo.fused_fixup) {  // flat_reduce's fused fix-up slots (the plan's variant), zeroed by prepare
+      a.fuse_n = 2 * (geo.workers + 1);
+      a.fuse_pub = c.arena->take<unsigned long long>(a.fuse_n);
+      c.fuse_pub = a.fuse_pub;
+    }
     c.tile_i = a.tile_i;
     c.tile_j = a.tile_j;
     c.long_count = a.long_count;

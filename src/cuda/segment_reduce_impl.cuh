@@ -173,8 +173,9 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
     // The fix-up fused into flat_reduce (session 12) where the plan says so
     // (segment_geometry.h, fused_fixup_rule): no fixup_tree launch. double accumulators
-    // keep the launch (a value and its flag must fit one 64-bit store).
-    const bool fused = sizeof(A) == 4 && g.fused_fixup;
+    // keep the launch (a value and its flag must fit one 64-bit store). prepare
+    // takes and zeroes the slots only for a geometry with the fused variant.
+    const bool fused = sizeof(A) == 4 && g.fused_fixup && c.fuse_pub != nullptr;
     FuseFix<Idx> fz;
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
     k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, Idx(g.positions), tile_i, tile_j, carry,
