@@ -42,6 +42,10 @@ struct TraceRecord {
   int index_bits;
   std::array<int64_t, 3> grid{0, 0, 0};   // CUDA launches only
   std::array<int64_t, 3> block{0, 0, 0};  // CUDA launches only
+  // The choice inside the path this launch made, where the path has one
+  // (Plan::variant: segment_reduce's CUDA flat forward records "fused_fixup" or
+  // "fixup_tree" on its flat_reduce launch); empty otherwise.
+  std::string variant;
 };
 
 // Records launches from construction until destruction (or stop()). Sessions
@@ -68,7 +72,7 @@ void set_trace_listener(std::function<void(const TraceRecord&)> listener);
 namespace detail {
 // Kernels call this once per launch with the registered path name.
 void record_launch(std::string_view path, std::array<int64_t, 3> grid = {0, 0, 0},
-                   std::array<int64_t, 3> block = {0, 0, 0});
+                   std::array<int64_t, 3> block = {0, 0, 0}, std::string_view variant = {});
 }  // namespace detail
 
 }  // namespace segred

@@ -132,12 +132,14 @@ NB_MODULE(_C, m) {
       .def_prop_ro("backend", [](const TraceRecord& r) { return std::string(to_string(r.backend)); })
       .def_ro("path", &TraceRecord::path)
       .def_ro("index_bits", &TraceRecord::index_bits)
+      .def_ro("variant", &TraceRecord::variant)
       .def_prop_ro("grid", [](const TraceRecord& r) { return std::vector<int64_t>(r.grid.begin(), r.grid.end()); })
       .def_prop_ro("block", [](const TraceRecord& r) { return std::vector<int64_t>(r.block.begin(), r.block.end()); })
       .def("__repr__", [](const TraceRecord& r) {
         return "TraceRecord(path='" + r.path + "', op='" + r.op + "', direction='" +
                std::string(to_string(r.direction)) + "', backend='" + std::string(to_string(r.backend)) +
-               "', index_bits=" + std::to_string(r.index_bits) + ")";
+               "', index_bits=" + std::to_string(r.index_bits) +
+               (r.variant.empty() ? std::string() : ", variant='" + r.variant + "'") + ")";
       });
 
   nb::class_<TraceSession>(m, "TraceSession")

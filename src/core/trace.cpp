@@ -43,10 +43,12 @@ void set_trace_listener(std::function<void(const TraceRecord&)> listener) {
 }
 
 namespace detail {
-void record_launch(std::string_view path, std::array<int64_t, 3> grid, std::array<int64_t, 3> block) {
+void record_launch(std::string_view path, std::array<int64_t, 3> grid, std::array<int64_t, 3> block,
+                   std::string_view variant) {
   if (g_active.load(std::memory_order_relaxed) == 0 && !g_has_listener.load(std::memory_order_relaxed)) return;
   const PathInfo& info = path_info(path);
-  TraceRecord r{std::string(info.op), info.direction, info.backend, std::string(info.name), info.index_bits, grid, block};
+  TraceRecord r{std::string(info.op), info.direction, info.backend, std::string(info.name), info.index_bits, grid, block,
+                std::string(variant)};
   std::lock_guard<std::mutex> lk(g_mu);
   if (g_listener) g_listener(r);
   if (g_active.load() > 0) g_log.push_back(std::move(r));

@@ -534,6 +534,7 @@ LaunchCtx ctx_of(const detail::SegmentLayout& lay, const detail::SegmentGeometry
   c.inner = lay.inner;
   c.S = lay.S;
   c.path = detail::segment_path(dir, geo);
+  c.fixup_choice = detail::has_fixup_variant(geo, dir);
   return c;
 }
 

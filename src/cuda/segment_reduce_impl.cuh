@@ -63,6 +63,7 @@ struct LaunchCtx {
                                            // fix-up slots (pub, then part; src/cuda/fused_fixup_rule.h)
   int64_t outer = 1, L = 0, inner = 1, S = 0;
   const char* path = "";
+  bool fixup_choice = false;  // the call has the fused / fixup_tree choice (has_fixup_variant)
   Arena* arena = nullptr;
 };
 
@@ -90,8 +91,8 @@ template <class T, class Idx> void run_bwd(const BwdArgs& a);
 
 namespace impl {
 
-inline void record(const char* path, int64_t grid, int block) {
-  detail::record_launch(path, {grid, 1, 1}, {block, 1, 1});
+inline void record(const char* path, int64_t grid, int block, std::string_view variant = {}) {
+  detail::record_launch(path, {grid, 1, 1}, {block, 1, 1}, variant);
 }
 
 // Blocks of `block` threads a cooperative launch of `kernel` may use: the
@@ -181,7 +182,8 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     k<<<unsigned(grid), block, spw * (block / 32), c.stream>>>(fn, x, q, W, Idx(g.positions), tile_i, tile_j, carry,
                                                                 head, fz);
     check_launch("flat_reduce");
-    record(c.path, grid, block);
+    // The variant that ran (the plan's, unless the slots are missing), where the call has the choice.
+    record(c.path, grid, block, !c.fixup_choice ? "" : fused ? "fused_fixup" : "fixup_tree");
     if (fused) return;
   } else {
     constexpr int VEC = int(16 / sizeof(Raw));

@@ -289,6 +289,44 @@ TEST_P(CudaSegmentReduce, LongSegmentsChunkedFixup) {
                  GetParam(), r, random_data(rng, R * inner, r, GetParam()), rng);
 }
 
+// Session 13: the feature paths at every merge-item count per worker the plan can
+// take (detail::feat_items_rule: 128 and 64 on wide rows, 32), plus 7 and 1 (tiles
+// shorter than most segments: nearly every segment crosses), forced through
+// SegmentTestCaps::feat_items: wide rows with vector loads (inner 128, 64), a scalar
+// row (inner 3), a long segment spanning > 32 tiles at every count (fixup_tree's
+// chunked phases), empty and single segments, a batched axis-1 layout; forward and
+// backward of every reduce with a fix-up (and sum/mean's record-free backward),
+// against the reference and the CPU (check_cuda). The plan reports the forced count.
+TEST_P(CudaSegmentReduce, FeatureTilesOfEveryItemCount) {
+  SEGRED_NEED_GPU();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  std::vector<int64_t> lens = random_lengths(rng, 3000, 40);
+  lens.insert(lens.begin() + int64_t(lens.size() / 2), {0, 9000, 0, 1});  // 9000 rows: > 32 tiles of 128 items
+  int64_t R = 0;
+  for (auto v : lens) R += v;
+  auto& caps = detail::segment_test_caps();
+  for (const int items : {128, 64, 7, 1}) {
+    SCOPED_TRACE(::testing::Message() << "feat_items=" << items);
+    caps.feat_items = items;
+    SegmentProblem prob;
+    prob.backend = Backend::CUDA;
+    prob.dtype = t;
+    prob.axis_len = R;
+    prob.inner = 128;
+    prob.num_segments = int64_t(lens.size());
+    EXPECT_EQ(plan_segment_reduce(prob).chunk, items);
+    for (int64_t inner : {128, 64, 3})
+      for (const char* r : {"sum", "max", "min", "mean"})
+        check_cuda(from_lengths({R, inner}, 0, {lens}), t, r, random_data(rng, R * inner, r, t), rng);
+    for (const char* r : {"sum", "max"})
+      check_cuda(from_lengths({2, 37, 64}, 1, {{5, 32}, {0, 37}}), t, r, random_data(rng, 2 * 37 * 64, r, t), rng);
+  }
+  caps.feat_items = 0;
+}
+
 // Segments of kmin..kmax flat tiles (512 merge items, 1024 for 16-bit types), each
 // length off by each of `ds` items, every one followed by a short segment
 // (1 + (k * mul + d) % mod) so that the tile alignment of the next one varies.
@@ -346,11 +384,35 @@ TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
   int64_t L = 0;
   for (auto v : lens) L += v;
   auto& caps = detail::segment_test_caps();
-  for (const int force : {1, 2}) {  // fused, and the fixup_tree launch it replaces (the benchmark's A/B)
-    SCOPED_TRACE(force == 1 ? "fused fix-up" : "fixup_tree");
+  // Session 13: the variant that ran, through the trace: the forward's flat_reduce
+  // record names it ("fused_fixup" / "fixup_tree"); no other record has one. Under
+  // the rule (force 0) it is the plan's variant for this problem.
+  SegmentProblem prob;
+  prob.backend = Backend::CUDA;
+  prob.direction = Direction::Fwd;
+  prob.dtype = GetParam();
+  prob.index_dtype = DType::Int64;
+  prob.axis_len = L;
+  prob.num_segments = int64_t(lens.size());
+  for (const int force : {1, 2, 0}) {  // fused, the fixup_tree launch it replaces (the benchmark's A/B), the rule
+    SCOPED_TRACE(force == 1 ? "fused fix-up" : force == 2 ? "fixup_tree" : "the plan's rule");
     caps.fused_fixup = force;
+    const std::string want = force == 0                                ? std::string(plan_segment_reduce(prob).variant)
+                             : force == 1 && GetParam() != DType::Float64 ? "fused_fixup"
+                                                                         : "fixup_tree";
+    EXPECT_FALSE(want.empty());
+    TraceSession ts;
     for (const char* r : {"sum", "max", "min", "mean"})
       check_cuda(from_lengths({L}, 0, {lens}), GetParam(), r, random_data(rng, L, r, GetParam()), rng);
+    int with_variant = 0;
+    for (const TraceRecord& rec : ts.records()) {
+      if (rec.variant.empty()) continue;
+      ++with_variant;
+      EXPECT_EQ(rec.variant, want) << rec.path;
+      EXPECT_EQ(rec.backend, Backend::CUDA) << rec.path;
+      EXPECT_EQ(rec.path.rfind("segment_reduce.fwd.cuda.flat.", 0), 0u) << rec.path;
+    }
+    EXPECT_GE(with_variant, 4);  // at least one CUDA forward per reduce
   }
   caps.fused_fixup = 0;
 }

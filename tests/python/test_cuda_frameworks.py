@@ -199,3 +199,16 @@ def test_jax_gpu_segment_softmax_jit_grad():
     want = np.concatenate([y[:4] * (np.asarray(w[:4]) - (y[:4] * np.asarray(w[:4])).sum()),
                            y[4:] * (np.asarray(w[4:]) - (y[4:] * np.asarray(w[4:])).sum())])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_torch_cuda_flat_forward_records_its_fixup_variant():
+    # The CUDA flat forward chooses between the fused fix-up and the fixup_tree launch
+    # (Plan.variant); its flat_reduce launch records the one that ran: the plan's.
+    x = torch.randn(1 << 20, device="cuda")
+    lengths = torch.full((1024,), 1024, device="cuda")
+    with segred.trace() as t:
+        st.segment_reduce(x, "sum", lengths=lengths)
+    torch.cuda.synchronize()
+    variants = [r.variant for r in t.records if r.variant]
+    assert variants == ["fused_fixup"]  # 2^20 + 1026 merge items: 2049 tiles, one wave
+    assert all(r.path.startswith("segment_reduce.fwd.cuda.flat.") for r in t.records if r.variant)

@@ -190,6 +190,7 @@ def test_cpu_paths_reached(path, shape, direction):
     recs = [r for r in t.records if r.direction == direction]
     assert [r.path for r in recs] == [path]
     assert recs[0].backend == "cpu" and recs[0].index_bits == 64 and recs[0].op == "segment_reduce"
+    assert recs[0].variant == ""  # no CPU path has a variant inside it
 
 
 def test_paths_registry():
