@@ -275,6 +275,23 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       std::printf("FUSE\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%s\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
                   rname, tf, on, off, pl.to_string().c_str());
     }
+    if (inner > 1) {  // session 13: the plan's merge items per feature worker against 32, same process
+      const Plan pf = plan_segment_reduce(
+          SegmentProblem{Backend::CUDA, Direction::Fwd, red, dt, DType::Int64, 1, rows, inner, S});
+      const Plan pb = plan_segment_reduce(
+          SegmentProblem{Backend::CUDA, Direction::Bwd, red, dt, DType::Int64, 1, rows, inner, S});
+      if (pf.chunk != 32 || pb.chunk != 32) {
+        auto& caps = segred::detail::segment_test_caps();
+        caps.feat_items = 32;
+        const double f32i = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
+        const double b32i = median_ms(
+            [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); }, g_reps);
+        caps.feat_items = 0;  // the rule (segment_geometry.h, feat_items_rule), as the table's rows
+        std::printf("FEAT\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\t%lld\t%lld\n", c.name.c_str(),
+                    std::string(dtype_name(dt)).c_str(), rname, tf, f32i, tb, b32i, (long long)pf.chunk,
+                    (long long)pb.chunk);
+      }
+    }
     if (g_graph) {
       const double gf = graph_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, nbuf);
       const double gb = graph_ms(

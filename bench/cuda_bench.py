@@ -104,7 +104,7 @@ def main():
     res = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
-    copy_gbs, device, rows, len_rows, fuse_rows = None, "?", [], [], []
+    copy_gbs, device, rows, len_rows, fuse_rows, feat_rows = None, "?", [], [], [], []
     for line in res.stdout.splitlines():
         f = line.split("\t")
         if f[0] == "COPY":
@@ -117,6 +117,8 @@ def main():
             len_rows.append(f[1:])
         elif f[0] == "FUSE":
             fuse_rows.append(f[1:])
+        elif f[0] == "FEAT":
+            feat_rows.append(f[1:])
     if copy_gbs is None:
         print("cuda_bench failed", file=sys.stderr)
         return 1
@@ -178,6 +180,19 @@ def main():
             var = r[6].split("variant=")[1].rstrip("}") if len(r) > 6 and "variant=" in r[6] else "-"
             table += (f"| {r[0]} | {r[1]} | {r[2]} | {float(r[3]):.4f} | {var} | {on:.4f} | {off:.4f} | "
                       f"{on / off:.2f} |\n")
+    if feat_rows:
+        # Session 13: the feature paths at the plan's merge items per worker (the table's
+        # rows, detail::feat_items_rule) against the 32 items of sessions 1-12, same process.
+        table += ("\nThe feature (inner > 1) calls at the plan's merge items per worker against 32 items "
+                  "(segred only, same process; 'table ms' is the row above, timed first with the plan's items, "
+                  "src/core/segment_geometry.h, feat_items_rule):\n\n"
+                  "| case | dtype | reduce | items fwd / bwd | fwd table ms | fwd 32-item ms | fwd plan / 32 | "
+                  "bwd table ms | bwd 32-item ms | bwd plan / 32 |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in feat_rows:
+            tf, f32, tb, b32 = float(r[3]), float(r[4]), float(r[5]), float(r[6])
+            table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[7]} / {r[8]} | {tf:.4f} | {f32:.4f} | {tf / f32:.2f} | "
+                      f"{tb:.4f} | {b32:.4f} | {tb / b32:.2f} |\n")
     print()
     print(table)
     if a.out:

@@ -58,7 +58,7 @@ namespace segred::detail {
 // (1024 per warp) for the 16-bit types, so a tile moves ~2 KB either way.
 constexpr int flat_items_per_lane(int esize) { return esize == 2 ? 32 : 16; }
 constexpr int64_t kFlatTile = 32 * 16;  // merge items per warp tile, 4- and 8-byte types
-constexpr int kFeatItems = 32;                          // merge items per feature group
+constexpr int kFeatItems = 32;                          // merge items per feature group (feat_items_rule)
 constexpr int kBlock = 256;                             // threads per block (before viability shrink)
 constexpr int64_t kIndex32Limit = (int64_t(1) << 31);    // every index < 2^31 for the 32-bit paths
 
@@ -84,9 +84,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // inside flat_reduce (src/cuda/fused_fixup_rule.h) instead of a fixup_tree
 // launch: SegmentGeometry::fused_fixup, by the rule below. The tests and the
 // benchmark's A/B override the rule: 0 the rule, 1 always (float accumulators),
-// 2 never (the fixup_tree launch, as before).
+// 2 never (the fixup_tree launch, as before). feat_items (session 13): 0 the
+// rule (feat_items_rule), else the merge items per feature worker (any value >= 1).
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
+  std::atomic<int> feat_items{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;
@@ -106,6 +108,30 @@ constexpr int64_t kFusedWaveTiles = 8192;
 // accumulators only (a double value and its flag do not fit one 64-bit store).
 inline bool fused_fixup_rule(int64_t segs, int64_t workers, int esize) {
   return esize != 8 && (workers <= kFusedWaveTiles || 4 * segs <= workers);
+}
+
+// Session 13: merge items per feature worker (inner > 1). Every feature tile writes a
+// carry (and, where a segment crosses into it, a head) of its slab's float
+// accumulators, and fixup_tree reads them back: 2 x inner x 4 bytes per tile beside
+// ~items x inner x es bytes of data. At 32 items that is 1 KB per ~7.5 KB of a bf16
+// [*, 128] tile (13%), 1 KB per ~15 KB at fp32 (7%), plus a fixup_tree lane group per
+// tile. So the calls that keep such records (forward; max/min backward: integer
+// records, same count) take longer tiles where rows are wide, i.e. where one row
+// load is a group of >= 16 lanes reading >= 256 bytes: 128 items (records 2-3% of the
+// data) when the launch still has >= kFeatMinThreads threads, else 64 at that bound,
+// else 32. kFeatMinThreads = 2^17: 8 row loads of 16 bytes in flight per lane make 16
+// MB, ~4x the H200's bandwidth x latency, and half its resident threads (132 x 2048).
+// Narrow rows keep 32 (they are latency-bound with few threads already: 2d_x16_f4
+// runs 545 blocks); sum/mean backward (no records) keeps 32.
+// Worked example: [2^20, 128] with 64 k segments of 16 (2d_64kx16_f128): D = 65,538 +
+// 2^20 = 1,114,114; fp32 (G 32 x V 4 x 4 B = 512 B) and bf16 (G 16 x V 8 x 2 B = 256 B)
+// both take 128 items: 8705 workers, 278,560 / 139,280 threads.
+constexpr int64_t kFeatMinThreads = int64_t(1) << 17;
+inline int64_t feat_items_rule(int64_t D, int64_t slabs, int G, int V, int esize, bool records) {
+  if (!records || int64_t(G) * V * esize < 256) return kFeatItems;
+  for (const int64_t items : {int64_t(4) * kFeatItems, int64_t(2) * kFeatItems})
+    if (ceil_div(D, items) * slabs * G >= kFeatMinThreads) return items;
+  return kFeatItems;
 }
 
 // The calls that have the choice: the inner == 1 forward (flat_reduce).
@@ -148,7 +174,9 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     while (G < 32 && G < lanes) G *= 2;
     g.group = G;
     g.slabs = ceil_div(inner, int64_t(G) * g.vec);
-    g.items = kFeatItems;
+    const bool records = p.direction == Direction::Fwd || p.reduce == Reduce::Max || p.reduce == Reduce::Min;
+    const int force = segment_test_caps().feat_items.load();
+    g.items = force > 0 ? force : feat_items_rule(D, g.slabs, G, g.vec, esize, records);
     g.workers = ceil_div(D, g.items);
     threads = g.workers * g.slabs * G;
   }

@@ -114,6 +114,53 @@ TEST(PlanCudaSegmentReduce, FusedFixupVariant) {
   caps.fused_fixup = 0;
 }
 
+// Session 13: merge items per feature worker (detail::feat_items_rule, Plan::chunk):
+// 128 for wide rows (a worker reads >= 256 bytes of a row) in the calls that keep
+// records (forward, max/min backward) while >= 2^17 threads remain, else 64, else 32;
+// narrow rows and the sum/mean backward keep 32. The benchmark's shapes, then the
+// thread bound's edges exactly.
+TEST(PlanCudaSegmentReduce, FeatureItemsPerWorker) {
+  auto chunk = [](int64_t L, int64_t inner, int64_t S, DType t, Direction d = Direction::Fwd,
+                  Reduce r = Reduce::Sum) {
+    return plan_segment_reduce(cuda_problem(d, 1, L, inner, S, t, r)).chunk;
+  };
+  const int64_t M = int64_t(1) << 20;
+  for (DType t : {DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(t));
+    // 2d_64kx16_f128: D = 65538 + 2^20 = 1,114,114 -> 8705 workers of 128 items:
+    // fp32 32 lanes (278,560 threads), bf16 16 lanes of 8 (139,280).
+    EXPECT_EQ(chunk(M, 128, 65536, t), 128);
+    EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Max), 128);
+    EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Min), 128);
+    EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Sum), 32);   // no records
+    EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Mean), 32);
+    EXPECT_EQ(chunk(4 * M, 4, 4 * M / 16, t), 32);                         // 2d_x16_f4: narrow rows
+    EXPECT_EQ(chunk(M, 16, M / 16, t), 32);                                // 2d_x16_f16
+  }
+  // 2d_x16_f64: fp32 rows of 64 are 16 lanes x 4 x 4 B = 256 B (wide), bf16 8 x 8 x 2 B (narrow).
+  EXPECT_EQ(chunk(M, 64, M / 16, DType::Float32), 128);
+  EXPECT_EQ(chunk(M, 64, M / 16, DType::BFloat16), 32);
+  EXPECT_EQ(chunk(M, 128, 65536, DType::Float64), 128);  // 32 lanes x 2 x 8 B
+  EXPECT_EQ(chunk(M, 128, 65536, DType::Float32, Direction::Bwd, Reduce::Prod), 0);  // its own kernel
+  // Edges, fp32 inner 128 (32 lanes, one slab; S = 1: D = 3 + L): 128 items while
+  // ceil(D / 128) * 32 >= 2^17, i.e. D > 128 x 4095, then 64 items while
+  // ceil(D / 64) * 32 >= 2^17 (D > 64 x 4095), then 32.
+  const int64_t K = int64_t(1) << 12;  // 2^17 threads / 32 lanes = workers needed
+  EXPECT_EQ(chunk(128 * (K - 1) + 1 - 3, 128, 1, DType::Float32), 128);  // ceil(D / 128) = 4096
+  EXPECT_EQ(chunk(128 * (K - 1) - 3, 128, 1, DType::Float32), 64);       // 4095 workers of 128
+  EXPECT_EQ(chunk(64 * (K - 1) + 1 - 3, 128, 1, DType::Float32), 64);
+  EXPECT_EQ(chunk(64 * (K - 1) - 3, 128, 1, DType::Float32), 32);
+  // The override of the tests and the benchmark's A/B.
+  auto& caps = detail::segment_test_caps();
+  caps.feat_items = 32;
+  EXPECT_EQ(chunk(M, 128, 65536, DType::Float32), 32);
+  caps.feat_items = 7;
+  EXPECT_EQ(chunk(1000, 16, 10, DType::Float32, Direction::Bwd, Reduce::Sum), 7);
+  caps.feat_items = 0;
+  // Index width counts the longer tiles (tiles_round * items): unchanged at these sizes.
+  expect_path(cuda_problem(Direction::Fwd, 1, M, 128, 65536), "segment_reduce.fwd.cuda.features.i32", 32);
+}
+
 TEST(PlanCudaSegmentReduce, FlatThresholdExact) {
   for (Direction d : {Direction::Fwd, Direction::Bwd}) {
     const char* i32 = d == Direction::Fwd ? "segment_reduce.fwd.cuda.flat.i32" : "segment_reduce.bwd.cuda.flat.i32";
