@@ -4,11 +4,7 @@
 // v5 register geometry), the outputs compared (max |staged - register|).
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -I include -I . \
 //   bench/cuda_spatial_staged_bench.cu BUILD/libsegred.a -o spatial_staged_bench
-// Usage: spatial_staged_bench [REPS [all|budgets]]. Prints one line per (case, dtype, dir, mode).
-// "budgets" (session 13): the default (64 KB per block, the launch capped at the
-// resident clusters, blocks looping over tiles) against the uncapped launch of one
-// cluster per tile ("onetile", sessions 5-12) and 96 / 128 KB budgets (2 and 1 blocks
-// per SM), on the spatial cases.
+// Usage: spatial_staged_bench [REPS [all]]. Prints one line per (case, dtype, dir, mode).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,7 +64,6 @@ int main(int argc, char** argv) {
     int64_t bytes;
     int min_d, row_fwd, row_bwd;
     int vec16 = 0;  // session 8: SoftmaxTestCaps::stage_vec16_fwd (0: the rule, 4 / 8: forced)
-    bool persistent = true;  // session 13: SoftmaxTestCaps::stage_persistent (false: one cluster per tile)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -78,11 +73,6 @@ int main(int argc, char** argv) {
                              {"default", 64 << 10, 0, 32, 128},
                              {"fwdvec4", 64 << 10, 0, 32, 128, 4},
                              {"fwdvec8", 64 << 10, 0, 32, 128, 8}};
-  const bool budgets = argc > 2 && std::string(argv[2]) == "budgets";
-  if (budgets)
-    modes = {{"register", 0, 0, 32, 128},          {"default", 64 << 10, 0, 32, 128},
-             {"onetile", 64 << 10, 0, 32, 128, 0, false}, {"b96k", 96 << 10, 0, 32, 128},
-             {"b128k", 128 << 10, 0, 32, 128}};
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -94,7 +84,6 @@ int main(int argc, char** argv) {
     int code;
   };
   for (const Case& c : cases)
-    if (!budgets || c.dim != -1)
     for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
       const int64_t n = numel(c.shape);
       const int64_t es = dtype_size(dt.t);
@@ -111,7 +100,6 @@ int main(int argc, char** argv) {
         caps.stage_min_row_fwd = m.row_fwd;
         caps.stage_min_row_bwd = m.row_bwd;
         caps.stage_vec16_fwd = m.vec16;
-        caps.stage_persistent = m.persistent;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -159,7 +147,6 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().stage_min_row_fwd = 32;
       detail::softmax_test_caps().stage_min_row_bwd = 128;
       detail::softmax_test_caps().stage_vec16_fwd = 0;
-      detail::softmax_test_caps().stage_persistent = true;
     }
   return 0;
 }

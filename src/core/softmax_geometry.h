@@ -29,11 +29,6 @@
 //                  block (3 blocks per SM). Forward: D >= 256; backward: D >= 64
 //                  at 128-byte rows only. 2- and 4-byte types, vector loads
 //                  (softmax_staged_geometry below; bench/NOTES.md, CUDA softmax, session 5).
-//                  Session 13: `grid` here is one cluster per tile; the launch caps
-//                  it at the clusters the GPU holds at once (src/cuda/softmax.cu,
-//                  staged_grid: an occupancy query, the one input the pure plan
-//                  cannot know), and each block stages its next tile during its
-//                  write pass.
 // EV = elements per thread per array kept in registers, raw (softmax_elems_per_thread
 // below): last dim 128 bytes in flight per thread (fwd: fp32 32, 16-bit 64; bwd:
 // two arrays of fp32 16, 16-bit 32), spatial 64 bytes per array (fp32 16, 16-bit
@@ -232,10 +227,6 @@ struct SoftmaxTestCaps {
   // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
   // lastdim_block; false: the resident split they had before).
   std::atomic<bool> long_rows_streamed{true};
-  // Session 13: the staged spatial kernel launched at most as many blocks as the GPU
-  // holds at once (each loops over tiles, staging the next during its write pass;
-  // src/cuda/softmax.cu, staged_grid); false: the plan's grid, one cluster per tile.
-  std::atomic<bool> stage_persistent{true};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;

@@ -123,28 +123,6 @@ sm::KernelFn pick(const char* op, const SoftmaxProblem& p, const detail::Softmax
 
 bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) % 16) == 0; }
 
-
-// Clusters of g.cluster blocks the GPU holds at once (cudaOccupancyMaxActiveClusters); 0 on failure.
-int64_t active_clusters(sm::KernelFn fn, const detail::SoftmaxGeometry& g, size_t smem) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(g.grid));
-  cfg.blockDim = dim3(unsigned(g.threads()));
-  cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(g.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int nc = 0;
-  if (cudaOccupancyMaxActiveClusters(&nc, fn, &cfg) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return nc;
-}
-
 // Try the geometry; true when occupancy reports a resident block (and cluster).
 bool viable(sm::KernelFn fn, const detail::SoftmaxGeometry& g, int as) {
   const size_t smem = size_t(g.smem_bytes(as));
@@ -168,32 +146,26 @@ bool viable(sm::KernelFn fn, const detail::SoftmaxGeometry& g, int as) {
     return false;
   }
   if (n < 1) return false;
-  return g.cluster == 1 || active_clusters(fn, g, smem) >= 1;
-}
-
-// Session 13: the staged spatial kernel's grid, capped at the blocks the GPU holds at
-// once (whole clusters: cudaOccupancyMaxActiveClusters x cluster; without clusters,
-// resident blocks per SM x SMs), so that each block loops over tiles and stages the
-// next one during its write pass (spatial_staged_kernel). The cap is the one input
-// of the launch the pure plan cannot know (occupancy is a property of the compiled
-// kernel and the device); the plan's grid (one cluster per tile) is its upper bound,
-// and the trace records the grid launched. SoftmaxTestCaps::stage_persistent = false
-// launches the plan's grid. Called after viable() has set the attributes.
-int64_t staged_grid(sm::KernelFn fn, const detail::SoftmaxGeometry& g, int as, int sms) {
-  if (!g.staged || !detail::softmax_test_caps().stage_persistent.load()) return g.grid;
-  const size_t smem = size_t(g.smem_bytes(as));
-  int64_t resident = 0;
   if (g.cluster > 1) {
-    resident = active_clusters(fn, g, smem) * g.cluster;
-  } else {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, g.threads(), smem) != cudaSuccess) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(g.grid));
+    cfg.blockDim = dim3(unsigned(g.threads()));
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(g.cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int nc = 0;
+    if (cudaOccupancyMaxActiveClusters(&nc, fn, &cfg) != cudaSuccess) {
       cudaGetLastError();
-      return g.grid;
+      return false;
     }
-    resident = int64_t(n) * sms;
+    if (nc < 1) return false;
   }
-  return resident >= g.cluster ? std::min(g.grid, resident) : g.grid;
+  return true;
 }
 
 void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void* out, int device, void* stream) {
@@ -235,9 +207,8 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
       SEGRED_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(fn),
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                         detail::cat(op, ": shared memory opt-in"));
-    const int64_t grid = staged_grid(fn, g, as, p.sm_count);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(grid));
+    cfg.gridDim = dim3(unsigned(g.grid));
     cfg.blockDim = dim3(unsigned(g.threads()));
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
@@ -252,7 +223,7 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
     }
     SEGRED_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, args), detail::cat(op, ": kernel launch"));
     SEGRED_CUDA_CHECK(cudaGetLastError(), detail::cat(op, ": kernel launch"));
-    detail::record_launch(detail::softmax_cuda_path(q, g), {grid, 1, 1}, {g.threads(), 1, 1});
+    detail::record_launch(detail::softmax_cuda_path(q, g), {g.grid, 1, 1}, {g.threads(), 1, 1});
     return;
   }
   throw DeviceError(detail::cat(op, ": no viable launch configuration (occupancy reports 0 resident blocks down to "

@@ -850,9 +850,9 @@ template <int V> struct alignas(2 * V) Words16 {
 //     2^-22 absolute: under 2e-6 relative, against 2^-11 (float16) and 2^-8
 //     (bfloat16) for the final rounding.
 //   write (log_softmax): (x - M) - log S, as before.
-template <bool Log, class T, class I, int V, class Cx, class Next>
+template <bool Log, class T, class I, int V, class Cx>
 __device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na, T* go, I d0, I TY, I inner,
-                                             const Cx& cx, const Next& next) {
+                                             const Cx& cx) {
   constexpr int W = V / 2;
   constexpr int U = 16 / V;  // rows per unrolled step: 16 elements (V = 8 at 4 rows: 64 registers and a spill)
   using Wd = Words16<V>;
@@ -937,7 +937,6 @@ __device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na
 #pragma unroll
     for (int q = 0; q < W; ++q) o.q[q] = pack2(tag, y[2 * q], y[2 * q + 1]);
     *reinterpret_cast<Wd*>(gp) = o;
-    next(k);  // slot k is consumed: the block's next tile may take it
   }
 }
 
@@ -955,13 +954,6 @@ __device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na
 // the TY threads of a column and the cluster ranks merge with SpatialCx::reduce
 // (its scratch at the start of shared memory, the staged data after it). Math as
 // fwd_body/bwd_body's resident path: one DRAM read and one write per element.
-// Session 13: a block whose grid-stride loop has a next tile (the launch caps the
-// grid at the clusters the GPU holds at once, softmax.cu) stages that tile's rows
-// during the current tile's write pass, each into the slot the write has just
-// read (the thread's own slot: no barrier; the slot's value is in registers
-// before the cp.async is issued, and the "memory" clobber keeps the order), so
-// the next tile's DRAM reads overlap this tile's writes, and its statistics
-// pass starts on data already in flight. Only the first tile's load is exposed.
 template <class T, class I, bool Fwd, bool Log, int V>
 __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
   using A = dacc_t<T>;
@@ -985,43 +977,31 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
   VT* s1 = s0 + int64_t(K) * ks;  // bwd: y after g
   const A ninf = ops::neg_inf<A>();
   const A nan = std::numeric_limits<A>::quiet_NaN();
-  const I step = I(gridDim.x / unsigned(C));
-  // Rows this thread stages for tile t (0 past the last tile or column) and its column base (64-bit).
-  // t < 2 * tiles (a tile counter plus its step): the index bound of softmax_geometry.h.
-  auto tile_rows = [&](I t, int64_t& b) -> int {
-    b = 0;
-    if (t >= tiles) return 0;
-    const I col = t * I(cols) + I(txi * V);
-    if (col >= ncols) return 0;
-    const I o = col / inner;
-    b = int64_t(o) * slab + int64_t(col - o * inner);
-    return n;
-  };
-  // cp.async of row k of the tile at column base b into slot k (bwd: g and y).
-  auto stage = [&](int k, int64_t b) {
-    const I off = (d0 + I(TY) * I(k)) * inner;
-    cp_async<sizeof(VT)>(s0 + k * ks, static_cast<const T*>(args.a) + b + off);
-    if constexpr (!Fwd) cp_async<sizeof(VT)>(s1 + k * ks, static_cast<const T*>(args.b) + b + off);
-  };
-  I tile = I(blockIdx.x / unsigned(C));
-  int64_t base = 0;
-  int na = tile_rows(tile, base);
-  for (int k = 0; k < na; ++k) stage(k, base);
-  for (; tile < tiles; tile += step) {
-    cp_async_wait_all();
-    const bool active = tile * I(cols) + I(txi * V) < ncols;
-    int64_t nbase = 0;
-    const int nna = tile_rows(tile + step, nbase);
-    auto next = [&](int k) {  // slot k consumed by the write: stage the next tile's row k there
-      if (k < nna) stage(k, nbase);
-    };
+  for (I tile = I(blockIdx.x / unsigned(C)); tile < tiles; tile += I(gridDim.x / unsigned(C))) {
+    const I col = tile * I(cols) + I(txi * V);
+    const bool active = col < ncols;
+    int64_t base = 0;  // column base: 64-bit
+    if (active) {
+      const I o = col / inner;
+      base = int64_t(o) * slab + int64_t(col - o * inner);
+    }
+    const int na = active ? n : 0;
+    {
+      const T* ga = static_cast<const T*>(args.a) + base;
+      for (int k = 0; k < na; ++k) cp_async<sizeof(VT)>(s0 + k * ks, ga + (d0 + I(TY) * I(k)) * inner);
+      if constexpr (!Fwd) {
+        const T* gb = static_cast<const T*>(args.b) + base;
+        for (int k = 0; k < na; ++k) cp_async<sizeof(VT)>(s1 + k * ks, gb + (d0 + I(TY) * I(k)) * inner);
+      }
+      cp_async_wait_all();
+    }
     SpatialCx<T, I, V, V> cx{nullptr, nullptr, nullptr, D, inner, TX, TY, txi, tyi, C, rank, active, 1};
     T* go = static_cast<T*>(args.out) + base;
     if constexpr (Fwd && sizeof(T) == 2 && V % 2 == 0) {
       // 16-bit (session 8, bench/notes-s8-cuda-softmax.md): packed max, the sum's
       // exp argument in one FFMA, the write's exp against the column's (M, S) in
       // one FADD + one FFMA (no per-element multiply by a per-thread factor).
-      staged_fwd16<Log, T, I, V>(s0, ks, na, go, d0, I(TY), inner, cx, next);
+      staged_fwd16<Log, T, I, V>(s0, ks, na, go, d0, I(TY), inner, cx);
     } else if constexpr (Fwd) {
       A mt[V], sb[V], kk[V], rb[V];
       MS<A> ms[V];
@@ -1061,7 +1041,6 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
           o.v[i] = st<T>(Log ? (xv - rb[i]) - kk[i] : dexp_elem<T>(xv - sb[i]) * kk[i]);
         }
         *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k)) * inner) = o;
-        next(k);
       }
     } else {
       using Epi = std::conditional_t<Log, ops::LogSoftmaxBwd, ops::SoftmaxBwd>;
@@ -1082,12 +1061,8 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
 #pragma unroll
         for (int i = 0; i < V; ++i) o.v[i] = st<T>(Epi::apply(ld(g.v[i]), ld(y.v[i]), acc[i]));
         *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k)) * inner) = o;
-        next(k);
       }
     }
-    for (int k = na; k < nna; ++k) stage(k, nbase);  // slots this tile did not use (it had no column here)
-    base = nbase;
-    na = nna;
   }
 }
 

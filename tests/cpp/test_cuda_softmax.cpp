@@ -327,64 +327,6 @@ TYPED_TEST(CudaSoftmax, StagedShapesReachTheStagedPaths) {
   EXPECT_GE(staged, 10 * 2 * 2);
 }
 
-// Session 13: the staged kernel's launch is capped at the blocks the GPU holds at
-// once, so that each block loops over tiles and stages the next one during its
-// write pass (src/cuda/softmax.cu, staged_grid). Shapes with more blocks than any
-// GPU holds at 256 threads (2048 / 256 x SMs): one block per tile ([8, 256, 12544]:
-// 3136 tiles of 32 fp32 / 1568 of 64 16-bit columns) and clusters ([6, 2000, 2048]
-// dim 1: 4-8 ranks, >= 1536 blocks), special columns included, every
-// op and direction: against the reference and the CPU (run_case), the trace's grid
-// below the plan's (the loop ran), and bitwise equal to the uncapped launch (one
-// cluster per tile, no looping: SoftmaxTestCaps::stage_persistent = false).
-TYPED_TEST(CudaSoftmax, StagedPersistentLoopEqualsOneTilePerBlock) {
-  SKIP_WITHOUT_GPU();
-  if (dtype_size(dtype_of<TypeParam>()) > 4) GTEST_SKIP() << "no staged kernel for float64";
-  std::mt19937 rng(1313);
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  auto& caps = detail::softmax_test_caps();
-  for (const Geo& c : {Geo{{8, 256, 12544}, 1}, Geo{{6, 2000, 2048}, 1}})
-    for (bool log : {false, true})
-      for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
-        SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<TypeParam>(), dir, log, Backend::CUDA);
-        p.sm_count = sms;
-        const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
-        SCOPED_TRACE(shape_string(c.shape) + (log ? " log" : "") + (dir == Direction::Fwd ? " fwd" : " bwd"));
-        ASSERT_TRUE(g.staged);
-        ASSERT_GT(g.grid, int64_t(sms) * 8);  // more blocks than the GPU holds at once
-        run_case<TypeParam>(c, log, dir, false, rng);
-        // The same input through the capped and the uncapped launch: the same bits.
-        const std::vector<double> x = rounded<TypeParam>(make_input({p.outer, p.dim_size, p.inner}, rng, true));
-        Tensor a = to_gpu<TypeParam>(x, c.shape), b = to_gpu<TypeParam>(x, c.shape);
-        std::vector<TypeParam> got[2];
-        int64_t grid[2] = {0, 0};
-        for (int persistent : {1, 0}) {
-          caps.stage_persistent = persistent != 0;
-          Tensor out = Tensor::empty(c.shape, dtype_of<TypeParam>(), kGpu);
-          poison(out);
-          TraceSession t;
-          if (dir == Direction::Fwd) {
-            if (log) log_softmax_out(a, c.dim, out);
-            else softmax_out(a, c.dim, out);
-          } else {
-            if (log) log_softmax_backward_out(a, b, c.dim, out);
-            else softmax_backward_out(a, b, c.dim, out);
-          }
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          for (const auto& r : t.records())
-            if (r.backend == Backend::CUDA) grid[persistent] = r.grid[0];
-          Tensor h = Tensor::copy_to(out, DeviceRef{});
-          got[persistent].assign(h.ptr<TypeParam>(), h.ptr<TypeParam>() + h.numel());
-        }
-        caps.stage_persistent = true;
-        EXPECT_EQ(grid[0], g.grid);  // uncapped: the plan's grid, one cluster per tile
-        EXPECT_LT(grid[1], g.grid);  // capped: blocks loop over tiles
-        EXPECT_EQ(grid[1] % g.cluster, 0);
-        EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(TypeParam)), 0)
-            << "capped and uncapped staged launches differ";
-      }
-}
-
 // Staged geometries at small sizes (every column staged: stage_min_d = 2; a
 // small budget for clusters of 2 to 16), each dtype, i32 and i64, special columns
 // included; the launch must be the staged geometry the plan gives.
