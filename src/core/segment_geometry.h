@@ -126,6 +126,9 @@ inline bool fused_fixup_rule(int64_t segs, int64_t workers, int esize) {
 // Worked example: [2^20, 128] with 64 k segments of 16 (2d_64kx16_f128): D = 65,538 +
 // 2^20 = 1,114,114; fp32 (G 32 x V 4 x 4 B = 512 B) and bf16 (G 16 x V 8 x 2 B = 256 B)
 // both take 128 items: 8705 workers, 278,560 / 139,280 threads.
+// H200, session 13 (bench/NOTES.md, the benchmark's FEAT table, plan / 32-item time):
+// f128 forwards fp32 0.90-0.96, bf16 0.82-0.86; max backwards 0.77-0.98; 2d_x16_f64
+// fp32 forward 0.87-0.88, its max backward 1.03 (the one row slower).
 constexpr int64_t kFeatMinThreads = int64_t(1) << 17;
 inline int64_t feat_items_rule(int64_t D, int64_t slabs, int G, int V, int esize, bool records) {
   if (!records || int64_t(G) * V * esize < 256) return kFeatItems;

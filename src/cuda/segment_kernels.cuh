@@ -11,7 +11,8 @@
 //                    16 (16-bit: 32) items there and walks them; a 5-step warp
 //                    segmented scan (keys = segment ids, monotone across lanes) joins
 //                    the lanes' partials.
-//   feat_reduce      inner > 1. A group of G lanes walks `kFeatItems` merge items;
+//   feat_reduce      inner > 1. A group of G lanes walks `items` merge items (32-128:
+//                    detail::feat_items_rule);
 //                    each position is one vector load per lane (V features).
 //   fixup_tree       segment_reduce's fix-up (v5): fixup's phase 1, then the long
 //                    segments' carries in chunks of 32 tiles across the whole grid
