@@ -58,12 +58,17 @@ int main(int argc, char** argv) {
       {"[8, 4, 2^24] dim 1", {8, 4, int64_t(1) << 24}, 1},
       {"[128, 64, 8192] dim 1", {128, 64, 8192}, 1},
       {"[262144, 128] dim -1", {262144, 128}, -1},
+      {"[64, 262144] dim -1", {64, 262144}, -1},
+      {"[2048, 65536] dim -1", {2048, 65536}, -1},
   };
   struct Mode {
     const char* name;
     int64_t bytes;
     int min_d, row_fwd, row_bwd;
     int vec16 = 0;  // session 8: SoftmaxTestCaps::stage_vec16_fwd (0: the rule, 4 / 8: forced)
+    int threads = 256;  // session 14: SoftmaxTestCaps::stage_threads
+    int short16 = 0;    // session 14: SoftmaxTestCaps::spatial_vec16_short (0: the rule, 4 / 8: forced)
+    bool cache = true;  // session 14: SoftmaxTestCaps::launch_cache
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -73,6 +78,15 @@ int main(int argc, char** argv) {
                              {"default", 64 << 10, 0, 32, 128},
                              {"fwdvec4", 64 << 10, 0, 32, 128, 4},
                              {"fwdvec8", 64 << 10, 0, 32, 128, 8}};
+  // Session 14 ("s14"): staged blocks of 512 threads, the short 16-bit forward
+  // columns at V = 4 and 8, and the launcher's viability cache off.
+  if (argc > 2 && std::string(argv[2]) == "s14")
+    modes = {{"default", 64 << 10, 0, 32, 128},
+             {"nocache", 64 << 10, 0, 32, 128, 0, 256, 0, false},
+             {"t512", 64 << 10, 0, 32, 128, 0, 512},
+             {"t512v4", 64 << 10, 0, 32, 128, 4, 512},
+             {"short4", 64 << 10, 0, 32, 128, 0, 256, 4},
+             {"short8", 64 << 10, 0, 32, 128, 0, 256, 8}};
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -100,6 +114,9 @@ int main(int argc, char** argv) {
         caps.stage_min_row_fwd = m.row_fwd;
         caps.stage_min_row_bwd = m.row_bwd;
         caps.stage_vec16_fwd = m.vec16;
+        caps.stage_threads = m.threads;
+        caps.spatial_vec16_short = m.short16;
+        caps.launch_cache = m.cache;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -133,13 +150,17 @@ int main(int argc, char** argv) {
         }
         const double fms = median_ms([&] { softmax_out(x, c.dim, y); }, reps);
         const double bms = median_ms([&] { softmax_backward_out(g, y0, c.dim, gi); }, reps);
+        // Session 14: the same calls 20 at a time between two events, per call: where
+        // the host keeps ahead of the GPU, its launch cost is out of this time.
+        const double fb2b = batch_ms([&] { softmax_out(x, c.dim, y); }, reps, 20);
+        const double bb2b = batch_ms([&] { softmax_backward_out(g, y0, c.dim, gi); }, reps, 20);
         const double fb = 2.0 * double(n * es), bb = 3.0 * double(n * es);
         const double fpct = 100.0 * (fb / (copy_gbs * 1e9)) / (fms * 1e-3);
         const double bpct = 100.0 * (bb / (copy_gbs * 1e9)) / (bms * 1e-3);
-        std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% [%s st%d v%d tx%d ty%d c%d k%d] diff %.3g | bwd %7.4f ms %5.1f%% [%s st%d tx%d ty%d c%d k%d] diff %.3g\n",
-                    c.name, dt.name, m.name, fms, fpct, path_f.c_str(), int(gf.staged), gf.vec, gf.tx, gf.ty, gf.cluster,
-                    gf.krows, double(df), bms, bpct, path_b.c_str(), int(gb.staged), gb.tx, gb.ty, gb.cluster, gb.krows,
-                    double(db));
+        std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d v%d tx%d ty%d c%d k%d] diff %.3g | bwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d tx%d ty%d c%d k%d] diff %.3g\n",
+                    c.name, dt.name, m.name, fms, fpct, fb2b, path_f.c_str(), int(gf.staged), gf.vec, gf.tx, gf.ty,
+                    gf.cluster, gf.krows, double(df), bms, bpct, bb2b, path_b.c_str(), int(gb.staged), gb.tx, gb.ty,
+                    gb.cluster, gb.krows, double(db));
         std::fflush(stdout);
       }
       detail::softmax_test_caps().stage_bytes = 64 << 10;
@@ -147,6 +168,9 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().stage_min_row_fwd = 32;
       detail::softmax_test_caps().stage_min_row_bwd = 128;
       detail::softmax_test_caps().stage_vec16_fwd = 0;
+      detail::softmax_test_caps().stage_threads = 256;
+      detail::softmax_test_caps().spatial_vec16_short = 0;
+      detail::softmax_test_caps().launch_cache = true;
     }
   return 0;
 }

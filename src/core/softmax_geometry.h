@@ -62,8 +62,9 @@
 //     8192] 16-bit fwd likewise V=8, tx=8, ty=32, cluster 16, krows 16.
 //   [262144, 128] dim -1: lastdim_warp, EV=16 (short rows) in every 2- and 4-byte
 //     dtype and direction: 8 lanes per row, 32 rows per 256-thread block.
-//   [8, 4, 2^24] dim 1: spatial, E=4 (D <= 4: fp32 V=4 EV=16, 16-bit V=4 EV=16),
-//     ty=1, tx=256: 1024 (16-bit) columns per block, 131072 blocks.
+//   [8, 4, 2^24] dim 1: spatial, E=4 (D <= 4: fp32 V=4 EV=16, 16-bit bwd V=4 EV=16,
+//     16-bit fwd V=8 EV=32 since session 14: softmax_spatial_short_vec_elems),
+//     ty=1, tx=256: 1024 columns per block, 131072 blocks (16-bit fwd: 2048, 65536).
 //
 // Index width: 32-bit only when every index a kernel forms stays below 2^31. The
 // kernels form: row/tile counters plus their grid-stride step (< 2 * rows), in-row
@@ -188,6 +189,20 @@ constexpr int softmax_staged_vec_elems(int es, bool fwd) {
 }
 constexpr int64_t kSoftmaxStageWideMinSmem = int64_t(44) << 10;
 
+// Session 14: the register spatial kernel's vector width for short columns (D <= 4,
+// the short E of 4 rows per thread). At the spatial width (16-bit V = 4: 8-byte
+// vectors) a 16-bit forward thread holds 4 rows x 8 bytes = 32 bytes in flight,
+// half of what the fp32 forward (4 x 16 bytes) and the 16-bit backward (two
+// arrays) hold on the same geometry; [8, 4, 2^24] ran at 70% of copy there while
+// fp32 fwd and both backwards ran at 99-103% (bench/results/h200-softmax.md,
+// c395bbf). At V = 8 (16-byte vectors) the 16-bit forward holds 64 bytes, as fp32
+// does. Taken where inner % 8 == 0 and the data is 16-byte aligned; the backward
+// keeps the spatial width (already at the floor).
+constexpr int softmax_spatial_short_vec_elems(int es, bool fwd) {
+  return (fwd && es == 2) ? 8 : softmax_vec_elems(SoftmaxKernel::Spatial, es);
+}
+constexpr int64_t kSoftmaxSpatialShortRows = 4;  // D <= this: the spatial kernel's short E
+
 constexpr int64_t kSoftmaxIndexSlack = int64_t(1) << 20;
 constexpr int64_t kSoftmaxStageFwdMinD = 256;  // staged spatial: columns of at least this many rows (fwd)
 constexpr int64_t kSoftmaxStageBwdMinD = 64;   // (bwd)
@@ -224,6 +239,17 @@ struct SoftmaxTestCaps {
   // Session 8: the 16-bit staged forward's vector width: 0 = the rule
   // (softmax_staged_vec_elems), 4 or 8 = that width (8 only where inner % 8 == 0).
   std::atomic<int> stage_vec16_fwd{0};
+  // Session 14: the 16-bit register spatial forward's vector width on short columns
+  // (D <= 4): 0 = the rule (softmax_spatial_short_vec_elems), 4 or 8 = that width
+  // (8 only where inner % 8 == 0).
+  std::atomic<int> spatial_vec16_short{0};
+  // Session 14: threads per staged spatial block (256, the rule since session 5, or
+  // 512: twice the warps over the same staged bytes), for the sweep's A/B.
+  std::atomic<int> stage_threads{256};
+  // Session 14: the CUDA launcher caches launch viability per (device, kernel,
+  // threads, shared memory, cluster); false queries the occupancy API on every call
+  // (the benchmark's A/B of the host time).
+  std::atomic<bool> launch_cache{true};
   // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
   // lastdim_block; false: the resident split they had before).
   std::atomic<bool> long_rows_streamed{true};
@@ -258,7 +284,8 @@ inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
 // vector width vec, or staged == false when none fits. Row segments of 128 bytes
 // (a warp's load covers whole 128-byte lines; the register path narrows long
 // columns to 32-byte segments, one L2 request per sector: bench/NOTES.md, CUDA softmax, session 5),
-// else 64, else 32; 256 threads (tx = columns / vec, ty = 256 / tx); the column
+// else 64, else 32; 256 threads (tx = columns / vec, ty = 256 / tx; max_threads,
+// the caller's cap, is 256 unless SoftmaxTestCaps::stage_threads asks for 512); the column
 // split over the fewest cluster ranks (up to max_cluster, 16 included: [8192,
 // 8192] fp32 fwd at 128-byte rows x 16 ranks 66% of copy, at 64-byte rows x 8
 // 61%) whose slice fits `budget` bytes per block (fwd: x; bwd: g and y). Of those
@@ -269,7 +296,7 @@ inline SoftmaxGeometry softmax_staged_geometry(int64_t D, int64_t ncols, int es,
                                                int min_row = 32) {
   SoftmaxGeometry best;
   const int na = fwd ? 1 : 2;
-  const int threads = std::min(256, max_threads);
+  const int threads = std::min(512, max_threads);  // the caller's cap: 256 unless a test cap asks for 512
   bool have = false;
   for (int w : {128, 64, 32}) {
     if (w < vec * es || w < min_row) continue;
@@ -402,6 +429,12 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   max_threads = std::min(max_threads, 512);
   const int vs = aligned ? softmax_vec_elems(SoftmaxKernel::Spatial, es) : 1;
   g.vec = (p.inner % vs == 0) ? vs : 1;
+  {  // session 14: short 16-bit forward columns at 16-byte vectors
+    const int vw = softmax_spatial_short_vec_elems(es, fwd);
+    const int force = caps.spatial_vec16_short.load();
+    if (aligned && vw != vs && g.vec == vs && D <= kSoftmaxSpatialShortRows && p.inner % vw == 0 && force != vs)
+      g.vec = vw;
+  }
   g.ev = softmax_pick_elems_per_thread(SoftmaxKernel::Spatial, es, fwd, g.vec, D);
   const int64_t E = g.ev / g.vec;  // rows per thread: 4 when D <= 4, else the full E
   const int64_t ncols = p.outer * p.inner;
@@ -453,8 +486,9 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   const bool stage = D >= (stage_min_d > 0 ? int64_t(stage_min_d) : fwd ? kSoftmaxStageFwdMinD : kSoftmaxStageBwdMinD);
   if (g.vec == vs && vs > 1 && es <= 4 && stage) {
     auto staged_at = [&](int vec) {
-      return softmax_staged_geometry(D, ncols, es, vec, fwd, max_threads, max_cluster, sms, caps.stage_bytes.load(),
-                                     max_clusters, fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
+      return softmax_staged_geometry(D, ncols, es, vec, fwd, std::min(max_threads, caps.stage_threads.load()),
+                                     max_cluster, sms, caps.stage_bytes.load(), max_clusters,
+                                     fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
     };
     SoftmaxGeometry s = staged_at(g.vec);
     // Session 8: the 16-bit forward at 16-byte vectors where inner allows them and

@@ -131,6 +131,9 @@ const std::vector<Geo>& shapes() {
       // 16 ranks); V = 4 stays for inner % 8 != 0 ([3, 300, 20] one block, this
       // one a cluster of 8) and smaller blocks ([2, 1025, 16]).
       {{1, 3000, 20}, 1},
+      // Session 14: short 16-bit forward columns take 16-byte vectors where inner % 8
+      // == 0 (the shapes above with D <= 4); 8-byte ones stay for inner % 8 == 4.
+      {{3, 2, 12}, 1},
   };
   return s;
 }
@@ -769,7 +772,8 @@ std::string geometry_variant(const detail::SoftmaxGeometry& g) {
              (g.chunks > 1 ? "stream" : g.cluster == 1 ? "one" : g.tx == 1024 ? "cluster1024" : "cluster") + v;
     default:
       if (g.staged) return std::string("spatial.staged") + (g.cluster > 1 ? ".cluster" : "") + (g.vec == 8 ? ".vec8" : v);
-      return std::string("spatial.") + (g.chunks > 1 ? "stream" : g.cluster > 1 ? "cluster" : g.ty > 1 ? "smem" : "shfl") + v;
+      return std::string("spatial.") + (g.chunks > 1 ? "stream" : g.cluster > 1 ? "cluster" : g.ty > 1 ? "smem" : "shfl") +
+             (g.vec == 8 ? ".vec8" : v);
   }
 }
 
@@ -798,8 +802,9 @@ TEST(CudaSoftmaxShapes, ReachEveryGeometryVariant) {
                                        << " not reached; reached: " << all;
         }
         // Session 8: the 16-bit forward's V = 8 staged kernel, one block and clusters.
+        // Session 14: and its register kernel's V = 8 on short columns (D <= 4).
         if (dtype_size(dt) == 2 && dir == Direction::Fwd)
-          for (const char* want : {"spatial.staged.vec8", "spatial.staged.cluster.vec8"})
+          for (const char* want : {"spatial.staged.vec8", "spatial.staged.cluster.vec8", "spatial.shfl.vec8"})
             EXPECT_TRUE(got.count(want)) << dtype_name(dt) << " fwd: " << want << " not reached; reached: " << all;
       }
       for (const char* want : {"warp.vec", "warp.scalar", "block.one.vec", "block.one.scalar", "block.cluster.vec",
@@ -823,13 +828,14 @@ TEST(CudaSoftmaxShapes, ReachEveryInstantiatedElementsPerThread) {
     for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
       const int es = dtype_size(dt);
       const bool fwd = dir == Direction::Fwd;
-      auto name = [&](SoftmaxKernel k, int vec, int ev) {
-        return std::string(kinds[int(k)]) + " vec " + std::to_string(vec) + " ev " + std::to_string(ev);
+      auto name = [&](SoftmaxKernel k, int vec, int ev, bool staged = false) {
+        return std::string(kinds[int(k)]) + (staged ? " staged" : "") + " vec " + std::to_string(vec) + " ev " +
+               std::to_string(ev);
       };
       std::set<std::string> got, want;
       for (const Geo& c : shapes()) {
         const auto g = detail::softmax_geometry(make_softmax_problem(c.shape, c.dim, dt, dir, false, Backend::CUDA));
-        got.insert(name(g.kernel, g.vec, g.ev));
+        got.insert(name(g.kernel, g.vec, g.ev, g.staged && g.vec != detail::softmax_vec_elems(g.kernel, es)));
       }
       for (SoftmaxKernel k : {SoftmaxKernel::Warp, SoftmaxKernel::Block, SoftmaxKernel::Spatial})
         for (int vec : {detail::softmax_vec_elems(k, es), 1})
@@ -841,7 +847,13 @@ TEST(CudaSoftmaxShapes, ReachEveryInstantiatedElementsPerThread) {
       if (detail::softmax_staged_vec_elems(es, fwd) != detail::softmax_vec_elems(SoftmaxKernel::Spatial, es))
         want.insert(name(SoftmaxKernel::Spatial, detail::softmax_staged_vec_elems(es, fwd),
                          detail::softmax_elems_per_thread(SoftmaxKernel::Spatial, es, fwd,
-                                                          detail::softmax_vec_elems(SoftmaxKernel::Spatial, es))));
+                                                          detail::softmax_vec_elems(SoftmaxKernel::Spatial, es)),
+                         true));
+      // Session 14: the register spatial kernel's 16-byte vectors on short 16-bit
+      // forward columns (D <= 4: its EV of 4 rows x 8).
+      if (const int vw = detail::softmax_spatial_short_vec_elems(es, fwd);
+          vw != detail::softmax_vec_elems(SoftmaxKernel::Spatial, es))
+        want.insert(name(SoftmaxKernel::Spatial, vw, detail::softmax_short_elems_per_thread(SoftmaxKernel::Spatial, es, fwd, vw)));
       for (const auto& w : want)
         EXPECT_TRUE(got.count(w)) << dtype_name(dt) << (fwd ? " fwd" : " bwd") << ": " << w << " not reached";
       for (const auto& w : got)

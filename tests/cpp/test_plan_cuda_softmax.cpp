@@ -19,6 +19,16 @@ using namespace segred;
 constexpr int64_t k2_31 = int64_t(1) << 31;
 constexpr int64_t k2_32 = int64_t(1) << 32;
 
+// The vector widths the kernels instantiate (src/cuda/softmax_impl.cuh, pick_kernel):
+// scalar, the kind's width, the staged 16-bit forward's 16-byte vectors (session 8)
+// and the register spatial kernel's on short 16-bit forward columns (session 14).
+bool vec_instantiated(const detail::SoftmaxGeometry& g, int es, bool fwd, int64_t D) {
+  if (g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es)) return true;
+  if (g.staged) return g.vec == detail::softmax_staged_vec_elems(es, fwd);
+  return g.kernel == detail::SoftmaxKernel::Spatial && D <= detail::kSoftmaxSpatialShortRows &&
+         g.vec == detail::softmax_spatial_short_vec_elems(es, fwd);
+}
+
 SoftmaxProblem cuda_problem(const Shape& s, int64_t dim, Direction dir, bool log, DType dt) {
   return make_softmax_problem(s, dim, dt, dir, log, Backend::CUDA);
 }
@@ -111,9 +121,7 @@ void expect_consistent(const SoftmaxProblem& p) {
   // instantiation by these three and fails on any other.
   const int es = dtype_size(p.dtype);
   const bool fwd = p.direction == Direction::Fwd;
-  EXPECT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es) ||
-              (g.staged && g.vec == detail::softmax_staged_vec_elems(es, fwd)))
-      << plan << " vec " << g.vec;
+  EXPECT_TRUE(vec_instantiated(g, es, fwd, D)) << plan << " vec " << g.vec;
   EXPECT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev)) << plan << " ev " << g.ev;
   EXPECT_EQ(g.ev, detail::softmax_pick_elems_per_thread(g.kernel, es, fwd, g.vec, D)) << plan;
   EXPECT_LE(g.threads(), 1024);
@@ -636,9 +644,13 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   EXPECT_EQ(g.ty, 32);
   EXPECT_EQ(g.krows, 8);
   EXPECT_EQ(g.stage_bytes, 2 * 8 * 32 * 128);
-  g = geo({8, 4, int64_t(1) << 24}, 1, DType::BFloat16);
+  g = geo({8, 4, int64_t(1) << 24}, 1, DType::BFloat16, kBwd);
   EXPECT_EQ(g.vec, 4);
   EXPECT_EQ(g.ev, 16);  // v5: E = 4 = D (v4: 8, half of each thread's rows empty)
+  EXPECT_EQ(g.ty, 1);
+  g = geo({8, 4, int64_t(1) << 24}, 1, DType::BFloat16);
+  EXPECT_EQ(g.vec, 8);  // session 14: the 16-bit forward at 16-byte vectors, E = 4 = D
+  EXPECT_EQ(g.ev, 32);
   EXPECT_EQ(g.ty, 1);
   g = geo({8192, 8192}, 0, DType::Float32);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
@@ -721,14 +733,17 @@ TEST(CudaSoftmaxPlan, ShortRowElementsPerThread) {
       EXPECT_EQ(g.kernel, SoftmaxKernel::Warp);
       EXPECT_EQ(g.lanes, es == 8 ? 16 : 8);
       EXPECT_EQ(g.tx, 256);
-      // Spatial D = 1 .. 5: inner 8 (vector loads) and 9 (scalar).
+      // Spatial D = 1 .. 5: inner 8 (vector loads) and 9 (scalar). Session 14: the
+      // 16-bit forward takes 16-byte vectors (V = 8) up to D = 4, 8-byte ones past it.
       const int vs = detail::softmax_vec_elems(SoftmaxKernel::Spatial, es);
+      const int vshort = detail::softmax_spatial_short_vec_elems(es, fwd);
+      EXPECT_EQ(vshort, fwd && es == 2 ? 8 : vs);
       for (int64_t inner : {8, 9})
         for (int64_t D = 1; D <= 5; ++D) {
           const SoftmaxProblem p = cuda_problem({6, D, inner}, 1, dir, false, dt);
           g = detail::softmax_geometry(p);
           expect_consistent(p);
-          const int vec = inner == 8 ? vs : 1;
+          const int vec = inner == 8 ? (D <= 4 ? vshort : vs) : 1;
           EXPECT_EQ(g.kernel, SoftmaxKernel::Spatial);
           EXPECT_EQ(g.vec, vec) << D << " " << inner;
           const int E_full = detail::softmax_elems_per_thread(SoftmaxKernel::Spatial, es, fwd, vec) / vec;
@@ -741,11 +756,17 @@ TEST(CudaSoftmaxPlan, ShortRowElementsPerThread) {
       // [8, 4, 2^24] over dim 1: E = 4 = D, one thread row, 256 threads of vectors.
       g = detail::softmax_geometry(cuda_problem({8, 4, int64_t(1) << 24}, 1, dir, false, dt));
       EXPECT_EQ(g.kernel, SoftmaxKernel::Spatial);
-      EXPECT_EQ(g.vec, vs);
+      EXPECT_EQ(g.vec, vshort);
       EXPECT_EQ(g.ev / g.vec, 4);
       EXPECT_EQ(g.ty, 1);
       EXPECT_EQ(g.tx, 256);
-      EXPECT_EQ(g.grid, (int64_t(8) << 24) / (256 * vs));
+      EXPECT_EQ(g.grid, (int64_t(8) << 24) / (256 * vshort));
+      // Unaligned data, inner % 8 != 0, and the test cap at 4: the spatial width.
+      EXPECT_EQ(detail::softmax_geometry(cuda_problem({8, 4, int64_t(1) << 24}, 1, dir, false, dt), false).vec, 1);
+      EXPECT_EQ(detail::softmax_geometry(cuda_problem({8, 4, 12}, 1, dir, false, dt)).vec, vs);
+      detail::softmax_test_caps().spatial_vec16_short = 4;
+      EXPECT_EQ(detail::softmax_geometry(cuda_problem({8, 4, int64_t(1) << 24}, 1, dir, false, dt)).vec, vs);
+      detail::softmax_test_caps().spatial_vec16_short = 0;
     }
 }
 
@@ -765,10 +786,7 @@ TEST(CudaSoftmaxPlan, EveryGeometryHasAnInstantiatedKernel) {
                              (aligned ? "" : " unaligned") + " caps " + std::to_string(p.max_threads) + "/" +
                              std::to_string(p.max_cluster);
     ++n;
-    // (Session 8: the staged 16-bit forward also at 16-byte vectors, softmax_staged_vec_elems.)
-    ASSERT_TRUE(g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es) ||
-                (g.staged && g.vec == detail::softmax_staged_vec_elems(es, fwd)))
-        << what;
+    ASSERT_TRUE(vec_instantiated(g, es, fwd, p.dim_size)) << what;
     if (!aligned) ASSERT_EQ(g.vec, 1) << what;
     ASSERT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev)) << what << " ev " << g.ev;
     ASSERT_EQ(g.ev % g.vec, 0) << what;
