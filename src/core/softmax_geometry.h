@@ -243,9 +243,6 @@ struct SoftmaxTestCaps {
   // (D <= 4): 0 = the rule (softmax_spatial_short_vec_elems), 4 or 8 = that width
   // (8 only where inner % 8 == 0).
   std::atomic<int> spatial_vec16_short{0};
-  // Session 14: threads per staged spatial block (256, the rule since session 5, or
-  // 512: twice the warps over the same staged bytes), for the sweep's A/B.
-  std::atomic<int> stage_threads{256};
   // Session 14: the CUDA launcher caches launch viability per (device, kernel,
   // threads, shared memory, cluster); false queries the occupancy API on every call
   // (the benchmark's A/B of the host time).
@@ -284,8 +281,8 @@ inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
 // vector width vec, or staged == false when none fits. Row segments of 128 bytes
 // (a warp's load covers whole 128-byte lines; the register path narrows long
 // columns to 32-byte segments, one L2 request per sector: bench/NOTES.md, CUDA softmax, session 5),
-// else 64, else 32; 256 threads (tx = columns / vec, ty = 256 / tx; max_threads,
-// the caller's cap, is 256 unless SoftmaxTestCaps::stage_threads asks for 512); the column
+// else 64, else 32; 256 threads (tx = columns / vec, ty = 256 / tx; session 14
+// measured 512-thread blocks slower on every staged row: bench/NOTES.md); the column
 // split over the fewest cluster ranks (up to max_cluster, 16 included: [8192,
 // 8192] fp32 fwd at 128-byte rows x 16 ranks 66% of copy, at 64-byte rows x 8
 // 61%) whose slice fits `budget` bytes per block (fwd: x; bwd: g and y). Of those
@@ -296,7 +293,7 @@ inline SoftmaxGeometry softmax_staged_geometry(int64_t D, int64_t ncols, int es,
                                                int min_row = 32) {
   SoftmaxGeometry best;
   const int na = fwd ? 1 : 2;
-  const int threads = std::min(512, max_threads);  // the caller's cap: 256 unless a test cap asks for 512
+  const int threads = std::min(256, max_threads);
   bool have = false;
   for (int w : {128, 64, 32}) {
     if (w < vec * es || w < min_row) continue;
@@ -486,9 +483,8 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   const bool stage = D >= (stage_min_d > 0 ? int64_t(stage_min_d) : fwd ? kSoftmaxStageFwdMinD : kSoftmaxStageBwdMinD);
   if (g.vec == vs && vs > 1 && es <= 4 && stage) {
     auto staged_at = [&](int vec) {
-      return softmax_staged_geometry(D, ncols, es, vec, fwd, std::min(max_threads, caps.stage_threads.load()),
-                                     max_cluster, sms, caps.stage_bytes.load(), max_clusters,
-                                     fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
+      return softmax_staged_geometry(D, ncols, es, vec, fwd, max_threads, max_cluster, sms, caps.stage_bytes.load(),
+                                     max_clusters, fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
     };
     SoftmaxGeometry s = staged_at(g.vec);
     // Session 8: the 16-bit forward at 16-byte vectors where inner allows them and

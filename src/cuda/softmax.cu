@@ -116,11 +116,11 @@ sm::KernelFn pick(const char* op, const SoftmaxProblem& p, const detail::Softmax
   const int vec = g.vec, ev = g.ev;
   sm::KernelFn fn = nullptr;
   switch (p.dtype) {
-    case DType::Float32: fn = f ? sm::pick_fwd_f32(log, i64, k, vec, ev, g.staged, g.threads()) : sm::pick_bwd_f32(log, i64, k, vec, ev, g.staged, g.threads()); break;
-    case DType::Float64: fn = f ? sm::pick_fwd_f64(log, i64, k, vec, ev, g.staged, g.threads()) : sm::pick_bwd_f64(log, i64, k, vec, ev, g.staged, g.threads()); break;
-    case DType::Float16: fn = f ? sm::pick_fwd_f16(log, i64, k, vec, ev, g.staged, g.threads()) : sm::pick_bwd_f16(log, i64, k, vec, ev, g.staged, g.threads()); break;
+    case DType::Float32: fn = f ? sm::pick_fwd_f32(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f32(log, i64, k, vec, ev, g.staged); break;
+    case DType::Float64: fn = f ? sm::pick_fwd_f64(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f64(log, i64, k, vec, ev, g.staged); break;
+    case DType::Float16: fn = f ? sm::pick_fwd_f16(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f16(log, i64, k, vec, ev, g.staged); break;
     case DType::BFloat16:
-      fn = f ? sm::pick_fwd_bf16(log, i64, k, vec, ev, g.staged, g.threads()) : sm::pick_bwd_bf16(log, i64, k, vec, ev, g.staged, g.threads());
+      fn = f ? sm::pick_fwd_bf16(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_bf16(log, i64, k, vec, ev, g.staged);
       break;
     default: throw TypeError("softmax: unsupported dtype on CUDA");
   }

@@ -954,12 +954,8 @@ __device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na
 // the TY threads of a column and the cluster ranks merge with SpatialCx::reduce
 // (its scratch at the start of shared memory, the staged data after it). Math as
 // fwd_body/bwd_body's resident path: one DRAM read and one write per element.
-// MaxT: the block size the registers are allocated for (256, the geometry's; 512
-// only under SoftmaxTestCaps::stage_threads, the session 14 sweep: a separate
-// instantiation, since __launch_bounds__(512) changes the 256-thread kernels'
-// register allocation).
-template <class T, class I, bool Fwd, bool Log, int V, int MaxT = 256>
-__global__ void __launch_bounds__(MaxT) spatial_staged_kernel(Args args) {
+template <class T, class I, bool Fwd, bool Log, int V>
+__global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
   using A = dacc_t<T>;
   using VT = Vec<T, V>;
   const int C = args.cluster;
@@ -1092,21 +1088,18 @@ KernelFn pick_ev(int ev) {
 // when that combination is not instantiated (the launcher reports an error).
 // Vector widths: detail::softmax_vec_elems (the geometry's, so plan and kernel agree).
 template <class T, class I, bool Fwd, bool Log>
-KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged, int threads) {
+KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged) {
   constexpr int V = detail::softmax_vec_elems(detail::SoftmaxKernel::Warp, int(sizeof(T)));
   constexpr int VS = detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, int(sizeof(T)));
   using K = detail::SoftmaxKernel;
   if (staged) {  // spatial, staged: vector loads of 2- and 4-byte types only
     if constexpr (sizeof(T) <= 4 && VS > 1) {
-      const bool wide = threads > 256;
-      if (k == K::Spatial && vec == VS)
-        return wide ? spatial_staged_kernel<T, I, Fwd, Log, VS, 512> : spatial_staged_kernel<T, I, Fwd, Log, VS>;
+      if (k == K::Spatial && vec == VS) return spatial_staged_kernel<T, I, Fwd, Log, VS>;
       // Session 8: the 16-bit forward also at 16-byte vectors (V = 8,
       // detail::softmax_staged_vec_elems).
       constexpr int VW = detail::softmax_staged_vec_elems(int(sizeof(T)), Fwd);
       if constexpr (VW != VS) {
-        if (k == K::Spatial && vec == VW)
-          return wide ? spatial_staged_kernel<T, I, Fwd, Log, VW, 512> : spatial_staged_kernel<T, I, Fwd, Log, VW>;
+        if (k == K::Spatial && vec == VW) return spatial_staged_kernel<T, I, Fwd, Log, VW>;
       }
     }
     return nullptr;
@@ -1131,7 +1124,7 @@ KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged, int 
 
 // Per (direction, dtype) translation units (softmax_{fwd,bwd}_<dtype>.cu).
 #define SEGRED_SOFTMAX_PICK_DECL(dir, tag) \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged, int threads);
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged);
 SEGRED_SOFTMAX_PICK_DECL(fwd, f32)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f64)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f16)
@@ -1143,13 +1136,12 @@ SEGRED_SOFTMAX_PICK_DECL(bwd, bf16)
 #undef SEGRED_SOFTMAX_PICK_DECL
 
 #define SEGRED_SOFTMAX_PICK_DEF(dir, tag, T, FWD)                                                               \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged,       \
-                              int threads) {                                                                   \
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged) {     \
     if (log)                                                                                                   \
-      return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev, staged, threads)                             \
-                 : pick_kernel<T, int32_t, FWD, true>(k, vec, ev, staged, threads);                            \
-    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec, ev, staged, threads)                              \
-               : pick_kernel<T, int32_t, FWD, false>(k, vec, ev, staged, threads);                             \
+      return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev, staged)                                      \
+                 : pick_kernel<T, int32_t, FWD, true>(k, vec, ev, staged);                                     \
+    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec, ev, staged)                                       \
+               : pick_kernel<T, int32_t, FWD, false>(k, vec, ev, staged);                                      \
   }
 
 }  // namespace segred::cuda::sm
