@@ -776,13 +776,8 @@ struct SpatialCx {
   }
 };
 
-// Register budget: 512 threads x 2 blocks (64 registers) for every width but V = 8,
-// the short 16-bit forward columns (session 14), whose geometry never exceeds 256
-// threads (one thread row, tx <= 256): at 64 registers it spilled 48 bytes per
-// thread, and the spill traffic put L2 at 95% while DRAM ran at 71% (ncu,
-// bench/results/h200-session14/ncu-2f846ce). 256 x 3 allows 85.
 template <class T, class I, bool Fwd, bool Log, int V, int EV>
-__global__ void __launch_bounds__(V == 8 ? 256 : 512, V == 8 ? 3 : 2) spatial_kernel(Args args) {
+__global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
   using A = dacc_t<T>;
   const int C = args.cluster;
   const int rank = int(blockIdx.x % unsigned(C));

@@ -22,13 +22,11 @@ constexpr int64_t k2_32 = int64_t(1) << 32;
 // The vector widths the kernels instantiate (src/cuda/softmax_impl.cuh, pick_kernel):
 // scalar, the kind's width, the staged 16-bit forward's 16-byte vectors (session 8)
 // and the register spatial kernel's on short 16-bit forward columns (session 14).
-// The V = 8 register spatial kernel is compiled for at most 256 threads
-// (__launch_bounds__(256, 3)): its geometry must not ask for more.
 bool vec_instantiated(const detail::SoftmaxGeometry& g, int es, bool fwd, int64_t D) {
   if (g.vec == 1 || g.vec == detail::softmax_vec_elems(g.kernel, es)) return true;
   if (g.staged) return g.vec == detail::softmax_staged_vec_elems(es, fwd);
   return g.kernel == detail::SoftmaxKernel::Spatial && D <= detail::kSoftmaxSpatialShortRows &&
-         g.vec == detail::softmax_spatial_short_vec_elems(es, fwd) && g.threads() <= 256;
+         g.vec == detail::softmax_spatial_short_vec_elems(es, fwd);
 }
 
 SoftmaxProblem cuda_problem(const Shape& s, int64_t dim, Direction dir, bool log, DType dt) {
