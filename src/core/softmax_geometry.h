@@ -196,8 +196,10 @@ constexpr int64_t kSoftmaxStageWideMinSmem = int64_t(44) << 10;
 // arrays) hold on the same geometry; [8, 4, 2^24] ran at 70% of copy there while
 // fp32 fwd and both backwards ran at 99-103% (bench/results/h200-softmax.md,
 // c395bbf). At V = 8 (16-byte vectors) the 16-bit forward holds 64 bytes, as fp32
-// does. Taken where inner % 8 == 0 and the data is 16-byte aligned; the backward
-// keeps the spatial width (already at the floor).
+// does: 69-72 -> 75-78% of copy on the H200 (session 14; the V = 8 kernel spills 48
+// bytes at its 64 registers, and 256 x 3 launch bounds without the spill measured
+// slower: bench/NOTES.md). Taken where inner % 8 == 0 and the data is 16-byte
+// aligned; the backward keeps the spatial width (already at the floor).
 constexpr int softmax_spatial_short_vec_elems(int es, bool fwd) {
   return (fwd && es == 2) ? 8 : softmax_vec_elems(SoftmaxKernel::Spatial, es);
 }
