@@ -195,9 +195,10 @@ bool viable_uncached(int dev, sm::KernelFn fn, const detail::SoftmaxGeometry& g,
 // viable_uncached, cached per (device, kernel, threads, shared memory, cluster):
 // the answer depends on nothing else (the cluster query's grid is the launch's,
 // but a resident cluster does not depend on how many there are), and the attribute
-// calls and occupancy queries cost host time that a call timed alone pays in full
-// (session 14: the [262144, 128] 16-bit forward's kernel is 32.5 us of a 41.9 us
-// call). SoftmaxTestCaps::launch_cache = false queries every time (the A/B).
+// calls and occupancy queries are driver work on every launch otherwise. Measured
+// on the H200 (session 14, bench/NOTES.md): no time difference a call timed alone
+// could resolve; the 3-6 us such a call spends before its kernel lies elsewhere.
+// SoftmaxTestCaps::launch_cache = false queries every time (the A/B).
 bool viable(int dev, sm::KernelFn fn, const detail::SoftmaxGeometry& g, int as) {
   if (!detail::softmax_test_caps().launch_cache.load(std::memory_order_relaxed)) return viable_uncached(dev, fn, g, as);
   using Key = std::tuple<int, const void*, int, int64_t, int>;
