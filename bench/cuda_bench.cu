@@ -292,6 +292,25 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
                     (long long)pb.chunk);
       }
     }
+    {  // session 15: a call's fixed cost, same process, each triple timed back to back: the default (prepare's
+       // partition from the raw offsets, the main kernel a programmatic dependent launch), without the dependent
+       // launch, and neither (sessions 5-14)
+      auto& caps = segred::detail::segment_test_caps();
+      auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
+      auto bwd = [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); };
+      double f[3], b[3];
+      const int modes[3][2] = {{0, 0}, {0, 2}, {2, 2}};  // {prep_spec, pdl}
+      for (int m = 0; m < 3; ++m) {
+        caps.prep_spec = modes[m][0];
+        caps.pdl = modes[m][1];
+        f[m] = median_ms(fwd, g_reps);
+        b[m] = median_ms(bwd, g_reps);
+      }
+      caps.prep_spec = 0;
+      caps.pdl = 0;
+      std::printf("PREP\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\t%.5f\t%.5f\n", c.name.c_str(),
+                  std::string(dtype_name(dt)).c_str(), rname, f[0], f[1], f[2], b[0], b[1], b[2]);
+    }
     if (g_graph) {
       const double gf = graph_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, nbuf);
       const double gb = graph_ms(

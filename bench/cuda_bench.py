@@ -104,7 +104,7 @@ def main():
     res = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
-    copy_gbs, device, rows, len_rows, fuse_rows, feat_rows = None, "?", [], [], [], []
+    copy_gbs, device, rows, len_rows, fuse_rows, feat_rows, prep_rows = None, "?", [], [], [], [], []
     for line in res.stdout.splitlines():
         f = line.split("\t")
         if f[0] == "COPY":
@@ -119,6 +119,8 @@ def main():
             fuse_rows.append(f[1:])
         elif f[0] == "FEAT":
             feat_rows.append(f[1:])
+        elif f[0] == "PREP":
+            prep_rows.append(f[1:])
     if copy_gbs is None:
         print("cuda_bench failed", file=sys.stderr)
         return 1
@@ -193,6 +195,22 @@ def main():
             tf, f32, tb, b32 = float(r[3]), float(r[4]), float(r[5]), float(r[6])
             table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[7]} / {r[8]} | {tf:.4f} | {f32:.4f} | {tf / f32:.2f} | "
                       f"{tb:.4f} | {b32:.4f} | {tb / b32:.2f} |\n")
+    if prep_rows:
+        # Session 15: a call's fixed cost. "new": prepare partitions offsets calls from the
+        # raw offsets in its first phase and the main kernel is a programmatic dependent
+        # launch (the default, the table's rows); "no PDL": the partition alone; "old":
+        # neither (SegmentTestCaps prep_spec = 2, pdl = 2: sessions 5-14). Same process,
+        # each triple timed back to back.
+        table += ("\nA call's fixed cost (segred only, same process, each triple timed back to back): new = prepare's "
+                  "partition searched from the raw offsets before its grid.sync and the main kernel a programmatic "
+                  "dependent launch (the default); no PDL = the partition alone; old = neither (sessions 5-14):\n\n"
+                  "| case | dtype | reduce | fwd new ms | fwd no PDL ms | fwd old ms | fwd new - old us | "
+                  "bwd new ms | bwd no PDL ms | bwd old ms | bwd new - old us |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in prep_rows:
+            fn, fs, fo, bn, bs, bo = (float(v) for v in r[3:9])
+            table += (f"| {r[0]} | {r[1]} | {r[2]} | {fn:.4f} | {fs:.4f} | {fo:.4f} | {1e3 * (fn - fo):+.1f} | "
+                      f"{bn:.4f} | {bs:.4f} | {bo:.4f} | {1e3 * (bn - bo):+.1f} |\n")
     print()
     print(table)
     if a.out:

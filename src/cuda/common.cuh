@@ -82,6 +82,61 @@ int viable_block(Kernel kernel, int block, size_t smem_per_warp, int min_block, 
                                 " (occupancy reports 0 resident blocks down to ", min_block, " threads)"));
 }
 
+// Programmatic dependent launch (Hopper): a kernel queued with
+// launch_after_prior(..., pdl = true) may be scheduled while the kernel before it
+// in the stream still runs, and waits in wait_prior_grid() until that kernel has
+// completed and its writes are visible; so the launch and the block scheduling
+// of the second kernel overlap the tail of the first instead of following it.
+// Every kernel launched that way calls wait_prior_grid() before it reads or
+// writes global memory; without the launch attribute the wait returns at once.
+// allow_dependents() in the first kernel lets the second be scheduled before the
+// first's blocks exit (its correctness never depends on where it is called).
+__device__ __forceinline__ void wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether the current device takes programmatic dependent launches (compute
+// capability 9.0 and newer), cached per device.
+inline bool pdl_supported() {
+  static std::mutex mu;
+  static std::unordered_map<int, bool> cache;
+  int dev = 0;
+  SEGRED_CUDA_CHECK(cudaGetDevice(&dev), "segment_reduce: cudaGetDevice");
+  std::lock_guard<std::mutex> lk(mu);
+  const auto it = cache.find(dev);
+  if (it != cache.end()) return it->second;
+  int major = 0;
+  SEGRED_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
+                    "segment_reduce: device query");
+  return cache[dev] = major >= 9;
+}
+
+// kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch
+// of the kernel before it in `s` when `pdl` (see wait_prior_grid).
+template <class... Exp, class... Act>
+void launch_after_prior(void (*kernel)(Exp...), int64_t grid, int block, size_t smem, cudaStream_t s, bool pdl,
+                        const Act&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(grid));
+  cfg.blockDim = dim3(unsigned(block));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  // A failed launch leaves its error for check_launch, like <<<>>>.
+  (void)cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 inline void check_launch(const char* name) {
   const cudaError_t e = cudaGetLastError();
   SEGRED_CHECK(e == cudaSuccess, DeviceError, "segment_reduce: launch of ", name, " failed: ", cudaGetErrorString(e));

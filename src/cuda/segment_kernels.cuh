@@ -806,6 +806,7 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
     flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x, const Idx* __restrict__ q, Idx W, Idx nel,
                 const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j, typename Fn::A* carry,
                 typename Fn::A* head, FuseFix<Idx> fz) {  // fz.pub null: carry/head for fixup_tree
+  wait_prior_grid();  // launched after prepare (launch_after_prior)
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -929,6 +930,7 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
                                                         const Idx* __restrict__ q, Idx W, Idx nel,
                                                         const Idx* __restrict__ tile_i,
                                                         const Idx* __restrict__ tile_j) {
+  wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = typename Fn::Raw;
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
@@ -1051,6 +1053,7 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
                                                    const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                    typename Fn::A* __restrict__ carry,
                                                    typename Fn::A* __restrict__ head) {
+  wait_prior_grid();  // launched after prepare (launch_after_prior)
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
@@ -1110,6 +1113,7 @@ __global__ void __launch_bounds__(256) feat_rows_elementwise(Fn fn, typename Fn:
                                                              const Idx* __restrict__ q, Idx W, int G, Idx inner,
                                                              const Idx* __restrict__ tile_i,
                                                              const Idx* __restrict__ tile_j) {
+  wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = typename Fn::Raw;
   const int lane = int(threadIdx.x) & 31;
   const Idx gtid = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x);
@@ -1141,6 +1145,7 @@ __global__ void __launch_bounds__(256) feat_elementwise(Fn fn, const typename Fn
                                                         const Idx* __restrict__ q, Idx W, Idx slabs, int G,
                                                         Idx inner, const Idx* __restrict__ tile_i,
                                                         const Idx* __restrict__ tile_j) {
+  wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = typename Fn::Raw;
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;

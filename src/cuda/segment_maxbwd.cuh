@@ -76,6 +76,7 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
                                                        const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                        Idx* __restrict__ carry, Idx* __restrict__ carry_keep,
                                                        Idx* __restrict__ head, Idx titems, Idx U) {
+  wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = T;
   using S = Idx;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
                                                        const Idx* __restrict__ tile_j, Idx* __restrict__ carry,
                                                        Idx* __restrict__ carry_keep, Idx* __restrict__ head,
                                                        Idx titems, Idx U) {
+  wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = T;
   using S = Idx;
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);

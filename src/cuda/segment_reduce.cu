@@ -23,7 +23,7 @@
 //   0. offsets only (v5): the scan blocks write q = row base + clamped offset
 //      directly and flag any drop of the clamped offsets within a row; after one
 //      grid.sync, if no block raised its flag, q is the running max already and
-//      the partition (3) follows; otherwise (invalid metadata, unsafe mode) 1-2
+//      the partition (3), searched beside this pass, stands; otherwise (invalid metadata, unsafe mode) 1-2
 //      rebuild all of q. Lengths always take 1-2.
 //   1. the first `scan blocks` each reduce a contiguous range of the metadata
 //      items (row-major, outer x k) with the segmented operator ScanOp: their
@@ -33,7 +33,11 @@
 //      entries included); lengths rows get their leading 0; q[0], q[U] and the
 //      fix-up counter are set;
 //   3. the W + 1 tile boundaries of the merge space (partition_tile), when the
-//      call has tiles (every path but the prod backward).
+//      call has tiles (every path but the prod backward). Offsets (session 15):
+//      searched in phase 0 already, from the raw offsets (RawEnds), and kept
+//      when no block raised its flag; only lengths and drops partition here,
+//      after the scan. That takes the searches off the path behind phase 0's
+//      loads and the grid.sync.
 // All of it is integer arithmetic: any bracketing of the operator gives the
 // same q, so the result is deterministic.
 #include <cooperative_groups.h>
@@ -95,9 +99,19 @@ struct MetaReader {
   bool i32;
   Strided st;
   __host__ __device__ int64_t read(int64_t r, int64_t c) const {
+    const int64_t off = offset(r, c);
+    return i32 ? int64_t(static_cast<const int32_t*>(p)[off]) : static_cast<const int64_t*>(p)[off];
+  }
+  // The same element through the read-only data path (the metadata is never
+  // written during a call): repeated reads of one line by a block hit L1.
+  __device__ int64_t ldg(int64_t r, int64_t c) const {
+    const int64_t off = offset(r, c);
+    return i32 ? int64_t(__ldg(static_cast<const int32_t*>(p) + off)) : __ldg(static_cast<const int64_t*>(p) + off);
+  }
+  __host__ __device__ int64_t offset(int64_t r, int64_t c) const {
     int64_t off = c * st.strides[st.nd - 1];
     if (st.nd > 1) off += row_offset(r);
-    return i32 ? int64_t(static_cast<const int32_t*>(p)[off]) : static_cast<const int64_t*>(p)[off];
+    return off;
   }
   // Batched metadata: the offset of row r of the leading dims. Rolled, and only
   // for nd > 1: unrolled at every read it put ~2 x 8 64-bit divisions of code per
@@ -161,7 +175,58 @@ struct PrepArgs {
   unsigned* long_count = nullptr;
   unsigned long long* fuse_pub = nullptr;  // flat_reduce's fused fix-up slots, zeroed here
   int64_t fuse_n = 0;
+  bool spec = true;              // offsets: partition speculatively from the raw metadata (RawEnds)
 };
+
+// The segment ends of the merge space read from the raw offsets: ends[v] = q[v + 1]
+// as the speculative pass writes it (row base + clamped offset; the last entry
+// outer * L), which is q itself when no clamped offset drops within a row. So the
+// partition can search these before q is written and before the grid.sync that
+// tells whether a drop exists; a drop sends the call to the scan and the partition
+// is redone from q. Loads take the read-only path: the upper probes of the tiles'
+// searches are shared by a block's threads and hit L1, where q (written in this
+// kernel) must be read from L2.
+// It refers to the kernel's argument: a copy of the reader's strides would be
+// indexed at run time from local memory.
+struct RawEnds {
+  const MetaReader* m;
+  int64_t outer, k, L;  // k = S + 1 offsets per row
+  __device__ int64_t operator[](int64_t v) const {
+    if (v >= outer * k) return outer * L;
+    const int64_t r = outer == 1 ? 0 : v / k;
+    const int64_t x = m->ldg(r, v - r * k);
+    return r * L + (x < 0 ? 0 : (x > L ? L : x));
+  }
+};
+// q[t] from the ends: q[0] = 0, q[t] = ends[t - 1].
+template <class Ends>
+struct StartsOf {
+  Ends e;
+  __device__ int64_t operator[](int64_t t) const { return t == 0 ? 0 : int64_t(e[t - 1]); }
+};
+
+// Phase 3 for this thread's boundaries w = gtid, gtid + gstride, ... <= W: the
+// merge-path split of each (partition_tile) from the ends q1 (q1[v] = q[v + 1]),
+// and whether the segment t open at boundary w may be a long crossing segment:
+// its carries start in tile w0 (the end of segment t - 1) and it completes in tile
+// we (its own end); fixup_tree lists it when we - w0 > kShortFix. Every crossing
+// segment is open at some boundary, so no "long" anywhere proves fixup_tree's
+// phase 1 lists none (it then returns without its grid.sync). One tile of slack:
+// it may only say "long" too often, which costs the grid.sync and nothing else.
+template <class Idx, class Q1, class Q0>
+__device__ bool partition_tiles(const PrepArgs<Idx>& a, const Q1& q1, const Q0& q0, int64_t gtid, int64_t gstride) {
+  bool long_seg = false;
+  for (int64_t w = gtid; w <= a.W; w += gstride) {
+    partition_tile(q1, a.nseg, a.nel, w, a.items, a.tile_i, a.tile_j);
+    const Idx t = a.tile_i[w];
+    if (a.long_count && t < a.nseg) {
+      const int64_t w0 = t == 0 ? 0 : (int64_t(t) - 1 + int64_t(q0[t])) / a.items;
+      const int64_t we = (int64_t(t) + int64_t(q0[t + 1])) / a.items;
+      long_seg |= we - w0 >= kShortFix;
+    }
+  }
+  return long_seg;
+}
 
 template <class Idx>
 __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
@@ -197,6 +262,7 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
     }
   };
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  allow_dependents();  // the main kernel may be scheduled now; it waits for this grid's end (wait_prior_grid)
   // Entries no scan writes: q[0], q[U], the lengths rows' leading 0, the counter.
   if (a.lengths)
     for (int64_t r = gtid; r < a.outer; r += gstride) a.q[1 + r * (a.S + 1)] = Idx(r * a.L);
@@ -230,12 +296,27 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
         }
       }
     }
+    // 0b. The partition (3) from the raw offsets, in the same phase (RawEnds): it
+    // waits neither for q nor for the grid.sync, and the verdict on the drops
+    // below keeps it or sends the call to the scan, which redoes it from q.
+    const bool spec = a.spec && a.W >= 0;
+    bool spec_long = false;
+    if (spec) {
+      const RawEnds e{&a.m, a.outer, a.k, a.L};
+      spec_long = partition_tiles(a, e, StartsOf<RawEnds>{e}, gtid, gstride);
+    }
     drop = __syncthreads_or(drop);
     if (scanning && tid == 0) a.flags[b] = drop;
     grid.sync();
     int any = 0;
     for (int64_t j = tid; j < nscan; j += kPrepBlock) any |= __ldcg(a.flags + j);
     need_scan = __syncthreads_or(any) != 0;  // the same in every block
+    // No drop: the speculative tiles are the partition of q. The long flag is
+    // written after the grid.sync, so thread 0's zeroing above cannot undo it.
+    if (spec && !need_scan) {
+      if (spec_long) a.long_count[1] = 1;  // every writer writes 1
+      return;
+    }
   }
   if (need_scan) {
     // Phases 1-2 are two passes of one loop over the block's range, cut into 8
@@ -343,25 +424,10 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
   } else if (a.W < 0) {
     return;
   }
-  // 3. partition (q is complete: the speculative pass and one grid.sync, or the scan)
+  // 3. partition (q is complete: the speculative pass and one grid.sync, or the
+  // scan; lengths, offsets that drop, or SegmentTestCaps::prep_spec = 2)
   const CgRead<Idx> q0{a.q}, q1{a.q + 1};
-  bool long_seg = false;
-  for (int64_t w = gtid; w <= a.W; w += gstride) {
-    partition_tile(q1, a.nseg, a.nel, w, a.items, a.tile_i, a.tile_j);
-    // The segment t open at boundary w: its carries start in tile w0 (the end of
-    // segment t - 1) and it completes in tile we (its own end); fixup_tree lists
-    // it when we - w0 > kShortFix. Every crossing segment is open at some
-    // boundary, so long_count[1] = 0 proves phase 1 lists none (fixup_tree then
-    // returns without its grid.sync). One tile of slack: it may only say "long"
-    // too often, which costs the grid.sync and nothing else.
-    const Idx t = a.tile_i[w];
-    if (a.long_count && t < a.nseg) {
-      const int64_t w0 = t == 0 ? 0 : (int64_t(t) - 1 + int64_t(q0[t])) / a.items;
-      const int64_t we = (int64_t(t) + int64_t(q0[t + 1])) / a.items;
-      long_seg |= we - w0 >= kShortFix;
-    }
-  }
-  if (long_seg) a.long_count[1] = 1;  // every writer writes 1
+  if (partition_tiles(a, q1, q0, gtid, gstride)) a.long_count[1] = 1;  // every writer writes 1
 }
 
 template <int ES>
@@ -469,6 +535,7 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
   a.q = c.arena->take<Idx>(geo.segs + 1);
   a.nseg = Idx(geo.segs);
   a.nel = Idx(geo.positions);
+  a.spec = detail::segment_test_caps().prep_spec.load(std::memory_order_relaxed) != 2;
   int64_t want = std::max<int64_t>(scan_target, detail::ceil_div(lay.outer, kPrepBlock));
   if (tiles) {
     a.W = geo.workers;
@@ -535,6 +602,7 @@ LaunchCtx ctx_of(const detail::SegmentLayout& lay, const detail::SegmentGeometry
   c.S = lay.S;
   c.path = detail::segment_path(dir, geo);
   c.fixup_choice = detail::has_fixup_variant(geo, dir);
+  c.pdl = detail::segment_test_caps().pdl.load(std::memory_order_relaxed) != 2 && pdl_supported();
   return c;
 }
 

@@ -417,6 +417,54 @@ TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
   caps.fused_fixup = 0;
 }
 
+// Session 15: the main kernel after prepare is a programmatic dependent launch
+// (SegmentTestCaps::pdl = 0, the default every other test runs); pdl = 2 is the
+// ordinary launch. Every main kernel that follows prepare (flat and feature
+// reduce, flat / feature / row elementwise, both max/min backwards), lengths and
+// offsets (prepare's two partition orders): the ordinary launch against the
+// reference and the CPU, and the two launches bitwise equal, forward and backward.
+TEST_P(CudaSegmentReduce, DependentLaunchMatchesOrdinary) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  auto& caps = detail::segment_test_caps();
+  std::vector<int64_t> lens = tile_multiple_lengths(1, 3, t, {-3, 0, 5}, 7, 19);
+  for (int64_t i = 0; i < 700; ++i) lens.push_back(i % 9 == 0 ? 0 : 1 + (i * 13) % 37);
+  int64_t L = 0;
+  for (auto v : lens) L += v;
+  for (const int64_t inner : {int64_t(1), int64_t(4), int64_t(16), int64_t(128)})
+    for (const bool use_lengths : {true, false}) {
+      Layout lay = from_lengths(inner == 1 ? Shape{L} : Shape{L, inner}, 0, {lens});
+      lay.use_lengths = use_lengths;
+      SCOPED_TRACE(::testing::Message() << "inner " << inner << (use_lengths ? " lengths" : " offsets"));
+      for (const char* r : {"sum", "mean", "max", "prod"}) {
+        const std::vector<double> x = rounded(t, random_data(rng, L * inner, r, t));
+        caps.pdl = 2;
+        check_cuda(lay, t, r, x, rng);
+        const Tensor data = dev(make_tensor(x, lay.shape, t)), meta = dev(lay.meta());
+        const Segments seg = dev_segments(lay, meta);
+        const Reduce red = parse_reduce(r);
+        Tensor out[2], gi[2];
+        Tensor g;
+        for (int k = 0; k < 2; ++k) {
+          caps.pdl = k == 0 ? 2 : 0;
+          out[k] = poisoned(lay.out_shape(), t);
+          segment_reduce_out(data, red, seg, out[k]);
+          if (k == 0) g = dev(make_tensor(mixed_grads(rng, out[0].numel(), t), lay.out_shape(), t));
+          gi[k] = poisoned(lay.shape, t);
+          segment_reduce_backward_out(g, out[k], data, red, seg, Tie::Split, gi[k]);
+        }
+        EXPECT_TRUE(same_bits(host(out[0]), host(out[1]))) << r << " forward: dependent launch differs";
+        EXPECT_TRUE(same_bits(host(gi[0]), host(gi[1]))) << r << " backward: dependent launch differs";
+      }
+    }
+  caps.pdl = 0;
+#endif
+}
+
 // v6: the flat kernels stage a tile with 16-byte vectors from the vector boundary
 // at or before its first position when data (and, backward, grad_input) are
 // 16-byte aligned, element by element otherwise. Every tile phase (j0 mod the

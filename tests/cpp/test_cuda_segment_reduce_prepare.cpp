@@ -1,6 +1,5 @@
 // The CUDA call preparation of segment_reduce and the ragged softmax (prepare,
-// src/cuda/segment_reduce.cu, v7: plain kernels instead of one cooperative
-// kernel) against a host reference: the merge space q of segment_geometry.h built
+// src/cuda/segment_reduce.cu: one cooperative kernel) against a host reference: the merge space q of segment_geometry.h built
 // from the metadata clamped exactly like the CPU clamps it, and the W + 1 tile
 // boundaries of the merge path (the split of diagonal w * items: the first
 // segment end v with q[v + 1] > d - v - 1), for awkward metadata: empty segments
@@ -9,7 +8,10 @@
 // axis > 0, every tile size (512 / 1024 flat items, 32 feature items), the
 // 64-bit q of the prod backward, invalid metadata (safe: the CPU's error;
 // unsafe: clamped, scan fallback across tile edges), and unsafe = true never
-// synchronising (the call is captured into a CUDA graph).
+// synchronising (the call is captured into a CUDA graph). Offsets calls take both
+// partition orders (PrepArgs::spec, SegmentTestCaps::prep_spec): the tiles
+// searched from the raw offsets before the drop check, redone from q after the
+// scan when the offsets drop; and the search from q after the grid.sync.
 //
 // Every test skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "segred/stream.h"
+#include "src/core/segment_geometry.h"
 #include "src/cuda/merge_space_probe.h"
 
 namespace segred::testing {
@@ -95,10 +98,32 @@ struct Meta {
   bool lengths;
 };
 
+// SegmentTestCaps::prep_spec for one scope: 0 offsets calls partition from the
+// raw offsets before prepare's grid.sync (the default), 2 from q after it.
+struct PrepSpec {
+  int old;
+  explicit PrepSpec(int v) : old(detail::segment_test_caps().prep_spec.exchange(v)) {}
+  ~PrepSpec() { detail::segment_test_caps().prep_spec = old; }
+};
+constexpr int kPrepSpecModes[] = {0, 2};
+
+void expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
+                         Reduce red, Direction dir);
+
 // prepare's outputs for data of `shape` (axis, dtype) and metadata m, against
-// the host reference.
+// the host reference, with both partition orders (PrepSpec): offsets that drop
+// (unsafe) make the speculative partition wrong, and the scan must redo it.
 void expect_prepare(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
                     Reduce red = Reduce::Sum, Direction dir = Direction::Fwd) {
+  for (int spec : kPrepSpecModes) {
+    SCOPED_TRACE(::testing::Message() << "prep_spec " << spec);
+    PrepSpec guard(spec);
+    expect_prepare_once(shape, axis, dt, m, it, unsafe, red, dir);
+  }
+}
+
+void expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
+                         Reduce red, Direction dir) {
   SCOPED_TRACE(::testing::Message() << "data " << shape_string(shape) << " axis " << axis << " " << dtype_name(dt)
                                     << (m.lengths ? " lengths " : " offsets ") << shape_string(m.shape) << " "
                                     << dtype_name(it) << (unsafe ? " unsafe" : " safe"));
@@ -334,33 +359,39 @@ TEST(CudaSegmentReducePrepare, InvalidMetadata) {
 // the probe's q and tiles), and it should be 0 for short segments (else the
 // early exit never runs). CudaSegmentReduce.SegmentsAroundTheLongFixupThreshold
 // checks the results around the same threshold.
+// Session 15: offsets (both partition orders, PrepSpec) as well as lengths.
 TEST(CudaSegmentReducePrepare, LongSegmentFlag) {
   SEGRED_NEED_GPU();
-  for (DType dt : {DType::Float32, DType::BFloat16}) {
-    const int64_t items = dt == DType::BFloat16 ? 1024 : 512;
-    for (int64_t k : {int64_t(0), int64_t(28), int64_t(30), int64_t(31), int64_t(32), int64_t(33), int64_t(40)}) {
-      std::vector<int64_t> lens(3000, 16);
-      if (k > 0) lens[1234] = k * items + 5;
-      const int64_t L = total(lens);
-      const Tensor data = Tensor::empty({L}, dt, kGpu);
-      const Tensor md = dev(make_index(lens, {int64_t(lens.size())}, DType::Int64));
-      Segments sd;
-      sd.lengths = md.view();
-      const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd);
-      ASSERT_EQ(p.items, items);
-      bool listed = false;  // fixup_tree's phase-1 rule, on the probe's q and tiles
-      for (int64_t w = 0; w < p.workers; ++w) {
-        const int64_t t = p.tile_i[size_t(w)];
-        if (!(p.tile_i[size_t(w + 1)] > t && p.q[size_t(t)] < p.tile_j[size_t(w)])) continue;
-        const int64_t w0 = t == 0 ? 0 : (t - 1 + p.q[size_t(t)]) / items;
-        listed = listed || w - w0 > 32;
+  for (DType dt : {DType::Float32, DType::BFloat16})
+    for (int meta = 0; meta < 3; ++meta) {  // lengths; offsets, speculative partition; offsets, after the sync
+      const int64_t items = dt == DType::BFloat16 ? 1024 : 512;
+      PrepSpec guard(meta == 2 ? 2 : 0);
+      for (int64_t k : {int64_t(0), int64_t(28), int64_t(30), int64_t(31), int64_t(32), int64_t(33), int64_t(40)}) {
+        std::vector<int64_t> lens(3000, 16);
+        if (k > 0) lens[1234] = k * items + 5;
+        const int64_t L = total(lens);
+        const Tensor data = Tensor::empty({L}, dt, kGpu);
+        const Meta m = meta == 0 ? lengths_of(lens) : offsets_of(lens);
+        const Tensor md = dev(make_index(m.v, m.shape, DType::Int64));
+        Segments sd;
+        (meta == 0 ? sd.lengths : sd.offsets) = md.view();
+        sd.unsafe = meta != 0;  // offsets: the drop check decides, as in the benchmark's calls
+        const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd);
+        ASSERT_EQ(p.items, items);
+        bool listed = false;  // fixup_tree's phase-1 rule, on the probe's q and tiles
+        for (int64_t w = 0; w < p.workers; ++w) {
+          const int64_t t = p.tile_i[size_t(w)];
+          if (!(p.tile_i[size_t(w + 1)] > t && p.q[size_t(t)] < p.tile_j[size_t(w)])) continue;
+          const int64_t w0 = t == 0 ? 0 : (t - 1 + p.q[size_t(t)]) / items;
+          listed = listed || w - w0 > 32;
+        }
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " segment of " << k << " tiles, "
+                                          << (meta == 0 ? "lengths" : meta == 1 ? "offsets" : "offsets, prep_spec 2"));
+        if (listed) EXPECT_EQ(p.long_flag, 1);
+        if (k == 0 || k == 28) EXPECT_EQ(p.long_flag, 0) << "short segments must let fixup_tree skip its grid.sync";
+        if (k == 40) EXPECT_TRUE(listed);
       }
-      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " segment of " << k << " tiles");
-      if (listed) EXPECT_EQ(p.long_flag, 1);
-      if (k == 0 || k == 28) EXPECT_EQ(p.long_flag, 0) << "short segments must let fixup_tree skip its grid.sync";
-      if (k == 40) EXPECT_TRUE(listed);
     }
-  }
 }
 
 // unsafe = true never synchronises: the whole call (prepare included) is
