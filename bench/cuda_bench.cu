@@ -292,15 +292,16 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
                     (long long)pb.chunk);
       }
     }
-    {  // session 15: a call's fixed cost, same process, each triple timed back to back: the default (prepare's
-       // partition from the raw offsets, the main kernel a programmatic dependent launch), without the dependent
-       // launch, and neither (sessions 5-14)
+    {  // session 15: a call's fixed cost, same process, the six forms timed back to back: {prep_spec, pdl} =
+       // the default (both rules), prepare's partition from the raw offsets before / after its grid.sync, from q
+       // after it (sessions 5-14; these three without the dependent launch), the dependent launch always / never
       auto& caps = segred::detail::segment_test_caps();
       auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
       auto bwd = [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); };
-      double f[3], b[3];
-      const int modes[3][2] = {{0, 0}, {0, 2}, {2, 2}};  // {prep_spec, pdl}
-      for (int m = 0; m < 3; ++m) {
+      constexpr int kModes = 6;
+      const int modes[kModes][2] = {{0, 0}, {1, 2}, {3, 2}, {2, 2}, {0, 1}, {0, 2}};
+      double f[kModes], b[kModes];
+      for (int m = 0; m < kModes; ++m) {
         caps.prep_spec = modes[m][0];
         caps.pdl = modes[m][1];
         f[m] = median_ms(fwd, g_reps);
@@ -308,8 +309,12 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       }
       caps.prep_spec = 0;
       caps.pdl = 0;
-      std::printf("PREP\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\t%.5f\t%.5f\n", c.name.c_str(),
-                  std::string(dtype_name(dt)).c_str(), rname, f[0], f[1], f[2], b[0], b[1], b[2]);
+      for (int d = 0; d < 2; ++d) {
+        std::printf("PREP\t%s\t%s\t%s\t%s", c.name.c_str(), std::string(dtype_name(dt)).c_str(), rname,
+                    d ? "bwd" : "fwd");
+        for (int m = 0; m < kModes; ++m) std::printf("\t%.5f", d ? b[m] : f[m]);
+        std::printf("\n");
+      }
     }
     if (g_graph) {
       const double gf = graph_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, nbuf);

@@ -196,21 +196,22 @@ def main():
             table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[7]} / {r[8]} | {tf:.4f} | {f32:.4f} | {tf / f32:.2f} | "
                       f"{tb:.4f} | {b32:.4f} | {tb / b32:.2f} |\n")
     if prep_rows:
-        # Session 15: a call's fixed cost. "new": prepare partitions offsets calls from the
-        # raw offsets in its first phase and the main kernel is a programmatic dependent
-        # launch (the default, the table's rows); "no PDL": the partition alone; "old":
-        # neither (SegmentTestCaps prep_spec = 2, pdl = 2: sessions 5-14). Same process,
-        # each triple timed back to back.
-        table += ("\nA call's fixed cost (segred only, same process, each triple timed back to back): new = prepare's "
-                  "partition searched from the raw offsets before its grid.sync and the main kernel a programmatic "
-                  "dependent launch (the default); no PDL = the partition alone; old = neither (sessions 5-14):\n\n"
-                  "| case | dtype | reduce | fwd new ms | fwd no PDL ms | fwd old ms | fwd new - old us | "
-                  "bwd new ms | bwd no PDL ms | bwd old ms | bwd new - old us |\n"
-                  "|---|---|---|---|---|---|---|---|---|---|---|\n")
+        # Session 15: a call's fixed cost, six forms timed back to back in one process
+        # (SegmentTestCaps {prep_spec, pdl}; bench/cuda_bench.cu): the default (both rules;
+        # the table's rows); prepare's partition of an offsets call from the raw offsets
+        # before its grid.sync, from them after it, and from q after it (sessions 5-14), these
+        # three without the dependent launch; the dependent launch always, never.
+        table += ("\nA call's fixed cost (segred only, ms, same process, the six forms of each row timed back to "
+                  "back): default = both session-15 rules (the rows above); prepare's partition of the offsets call "
+                  "from the raw offsets before its grid.sync (raw before), after it (raw after), or from q after it "
+                  "(old, sessions 5-14), these three without the dependent launch; the main kernel as a "
+                  "programmatic dependent launch always (PDL on) or never (PDL off), prepare by its rule:\n\n"
+                  "| case | dtype | reduce | dir | default | raw before | raw after | old | PDL on | PDL off | "
+                  "default - old us |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in prep_rows:
-            fn, fs, fo, bn, bs, bo = (float(v) for v in r[3:9])
-            table += (f"| {r[0]} | {r[1]} | {r[2]} | {fn:.4f} | {fs:.4f} | {fo:.4f} | {1e3 * (fn - fo):+.1f} | "
-                      f"{bn:.4f} | {bs:.4f} | {bo:.4f} | {1e3 * (bn - bo):+.1f} |\n")
+            v = [float(x) for x in r[4:10]]
+            table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | " + " | ".join(f"{x:.4f}" for x in v)
+                      + f" | {1e3 * (v[0] - v[3]):+.1f} |\n")
     print()
     print(table)
     if a.out:

@@ -86,12 +86,12 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // benchmark's A/B override the rule: 0 the rule, 1 always (float accumulators),
 // 2 never (the fixup_tree launch, as before). feat_items (session 13): 0 the
 // rule (feat_items_rule), else the merge items per feature worker (any value >= 1).
-// prep_spec (session 15): 0 the default, prepare partitions offsets calls
-// speculatively from the raw offsets in its first phase; 2 after the grid.sync
-// from q, as before (src/cuda/segment_reduce.cu). pdl (session 15): 0 the
-// default, the main kernel after prepare is a programmatic dependent launch on
-// devices of compute capability >= 9 (src/cuda/common.cuh, launch_after_prior);
-// 2 an ordinary launch, as before.
+// prep_spec (session 15), how prepare partitions an offsets call without a drop
+// (src/cuda/segment_reduce.cu): 0 its rule, 1 from the raw offsets in its first
+// phase, before the grid.sync, 2 from q after the grid.sync (sessions 5-14), 3
+// from the raw offsets after the grid.sync. pdl (session 15): 0 the rule
+// (pdl_pays), 1 always, 2 never: the main kernel after prepare as a programmatic
+// dependent launch on devices of compute capability >= 9 (src/cuda/common.cuh).
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};

@@ -7,7 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -116,6 +118,38 @@ inline bool pdl_supported() {
   SEGRED_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
                     "segment_reduce: device query");
   return cache[dev] = major >= 9;
+}
+
+// Whether the dependent launch of a grid of `grid` blocks pays. H200, session 15
+// (bench/NOTES.md): 1-2 us less per call on most rows, but 5-9 us more on
+// 2d_x16_f4 fp32, whose feat_reduce is half a wave (545 blocks, 8 fit per SM):
+// blocks that start while prepare still holds the SMs go to the SMs that free
+// first, up to 8 on one, instead of ~4 on each, and a latency-bound kernel of one
+// partial wave then waits for its fullest SMs. So: not for a grid of more blocks
+// than SMs but fewer than the GPU holds at once. The occupancy query is cached
+// per (device, kernel, block, shared memory).
+template <class Kernel>
+bool pdl_pays(Kernel kernel, int64_t grid, int block, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, size_t>, std::pair<int, int>> cache;  // (SMs, per SM)
+  int dev = 0;
+  SEGRED_CUDA_CHECK(cudaGetDevice(&dev), "segment_reduce: cudaGetDevice");
+  const auto key = std::make_tuple(dev, reinterpret_cast<const void*>(kernel), block, smem);
+  std::pair<int, int> v{0, 0};
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) v = it->second;
+  }
+  if (v.first == 0) {
+    SEGRED_CUDA_CHECK(cudaDeviceGetAttribute(&v.first, cudaDevAttrMultiProcessorCount, dev),
+                      "segment_reduce: device query");
+    SEGRED_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v.second, kernel, block, smem),
+                      "segment_reduce: occupancy query");
+    std::lock_guard<std::mutex> lk(mu);
+    cache[key] = v;
+  }
+  return grid <= v.first || grid >= int64_t(v.first) * v.second;
 }
 
 // kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch

@@ -33,11 +33,11 @@
 //      entries included); lengths rows get their leading 0; q[0], q[U] and the
 //      fix-up counter are set;
 //   3. the W + 1 tile boundaries of the merge space (partition_tile), when the
-//      call has tiles (every path but the prod backward). Offsets (session 15):
-//      searched in phase 0 already, from the raw offsets (RawEnds), and kept
-//      when no block raised its flag; only lengths and drops partition here,
-//      after the scan. That takes the searches off the path behind phase 0's
-//      loads and the grid.sync.
+//      call has tiles (every path but the prod backward). Offsets without a
+//      drop (session 15) search the raw offsets (RawEnds: L1-cached, where q
+//      must be read from L2), and when most blocks have nothing to scan they do
+//      it in phase 0 already, beside the scanning blocks' loads instead of
+//      behind them and the grid.sync; lengths and drops search q after the scan.
 // All of it is integer arithmetic: any bracketing of the operator gives the
 // same q, so the result is deterministic.
 #include <cooperative_groups.h>
@@ -175,7 +175,8 @@ struct PrepArgs {
   unsigned* long_count = nullptr;
   unsigned long long* fuse_pub = nullptr;  // flat_reduce's fused fix-up slots, zeroed here
   int64_t fuse_n = 0;
-  bool spec = true;              // offsets: partition speculatively from the raw metadata (RawEnds)
+  int spec = 0;                  // offsets' partition (SegmentTestCaps::prep_spec): 0 the rule in prepare,
+                                 // 1 from the raw offsets before the grid.sync, 2 from q after it, 3 raw after
 };
 
 // The segment ends of the merge space read from the raw offsets: ends[v] = q[v + 1]
@@ -197,6 +198,14 @@ struct RawEnds {
     const int64_t x = m->ldg(r, v - r * k);
     return r * L + (x < 0 ? 0 : (x > L ? L : x));
   }
+};
+// After the grid.sync: the raw offsets (no drop) or q itself (lengths, drops).
+template <class Idx>
+struct EndsAfterSync {
+  RawEnds raw;
+  const Idx* q;
+  bool from_raw;
+  __device__ int64_t operator[](int64_t v) const { return from_raw ? raw[v] : int64_t(__ldcg(q + v + 1)); }
 };
 // q[t] from the ends: q[0] = 0, q[t] = ends[t - 1].
 template <class Ends>
@@ -273,6 +282,7 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
     if (a.long_count) a.long_count[0] = a.long_count[1] = 0;
   }
   bool need_scan = a.lengths;
+  bool raw_after = false;  // the partition (3) from the raw offsets: offsets without a drop
   if (!a.lengths) {
     // 0. Offsets, speculative: q = row base + clamped offset, which is the
     // running max when the clamped offsets do not drop within a row; a block
@@ -296,10 +306,15 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
         }
       }
     }
-    // 0b. The partition (3) from the raw offsets, in the same phase (RawEnds): it
-    // waits neither for q nor for the grid.sync, and the verdict on the drops
-    // below keeps it or sends the call to the scan, which redoes it from q.
-    const bool spec = a.spec && a.W >= 0;
+    // 0b. The partition (3) from the raw offsets (RawEnds), in this phase where
+    // most blocks have no metadata to scan (they would only wait at the grid.sync):
+    // it waits neither for q nor for the grid.sync, and the verdict on the drops
+    // below keeps it or sends the call to the scan, which redoes it from q. Where
+    // (nearly) every block scans, the search follows the scan in each thread
+    // either way, and it runs after the grid.sync (3), still from the raw offsets.
+    // H200, session 15 (bench/NOTES.md): before the sync 1d_64x1M -6 us, 1d_200k_exp40
+    // +2-3 us (196 blocks, all scanning); from the raw offsets 1d_one2^26_1Mx1 -25 us.
+    const bool spec = a.W >= 0 && (a.spec == 1 || (a.spec == 0 && 2 * nscan <= int64_t(gridDim.x)));
     bool spec_long = false;
     if (spec) {
       const RawEnds e{&a.m, a.outer, a.k, a.L};
@@ -317,6 +332,7 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
       if (spec_long) a.long_count[1] = 1;  // every writer writes 1
       return;
     }
+    raw_after = !need_scan && a.spec != 2;
   }
   if (need_scan) {
     // Phases 1-2 are two passes of one loop over the block's range, cut into 8
@@ -425,9 +441,9 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
     return;
   }
   // 3. partition (q is complete: the speculative pass and one grid.sync, or the
-  // scan; lengths, offsets that drop, or SegmentTestCaps::prep_spec = 2)
-  const CgRead<Idx> q0{a.q}, q1{a.q + 1};
-  if (partition_tiles(a, q1, q0, gtid, gstride)) a.long_count[1] = 1;  // every writer writes 1
+  // scan), from the raw offsets when they did not drop, else from q.
+  const EndsAfterSync<Idx> e{RawEnds{&a.m, a.outer, a.k, a.L}, a.q, raw_after};
+  if (partition_tiles(a, e, StartsOf<EndsAfterSync<Idx>>{e}, gtid, gstride)) a.long_count[1] = 1;  // every writer writes 1
 }
 
 template <int ES>
@@ -535,7 +551,7 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
   a.q = c.arena->take<Idx>(geo.segs + 1);
   a.nseg = Idx(geo.segs);
   a.nel = Idx(geo.positions);
-  a.spec = detail::segment_test_caps().prep_spec.load(std::memory_order_relaxed) != 2;
+  a.spec = detail::segment_test_caps().prep_spec.load(std::memory_order_relaxed);
   int64_t want = std::max<int64_t>(scan_target, detail::ceil_div(lay.outer, kPrepBlock));
   if (tiles) {
     a.W = geo.workers;
@@ -602,7 +618,8 @@ LaunchCtx ctx_of(const detail::SegmentLayout& lay, const detail::SegmentGeometry
   c.S = lay.S;
   c.path = detail::segment_path(dir, geo);
   c.fixup_choice = detail::has_fixup_variant(geo, dir);
-  c.pdl = detail::segment_test_caps().pdl.load(std::memory_order_relaxed) != 2 && pdl_supported();
+  const int pdl = detail::segment_test_caps().pdl.load(std::memory_order_relaxed);  // 0 rule, 1 always, 2 never
+  c.pdl = pdl == 2 || !pdl_supported() ? 0 : pdl == 1 ? 2 : 1;
   return c;
 }
 

@@ -64,7 +64,8 @@ struct LaunchCtx {
   int64_t outer = 1, L = 0, inner = 1, S = 0;
   const char* path = "";
   bool fixup_choice = false;  // the call has the fused / fixup_tree choice (has_fixup_variant)
-  bool pdl = false;           // the main kernel as a programmatic dependent launch after prepare
+  int pdl = 0;                // the main kernel after prepare as a programmatic dependent launch:
+                              // 0 never, 1 where it pays (pdl_pays), 2 always
   Arena* arena = nullptr;
 };
 
@@ -156,6 +157,14 @@ void launch_coop(void (*kernel)(Exp...), int64_t want, int block, const LaunchCt
   record(c.path, cfg.gridDim.x, block);
 }
 
+// The main kernel of a call, queued right after prepare: a programmatic
+// dependent launch where c says so (c.pdl; src/cuda/common.cuh).
+template <class... Exp, class... Act>
+void launch_main(const LaunchCtx& c, void (*k)(Exp...), int64_t grid, int block, size_t smem, const Act&... args) {
+  const bool pdl = c.pdl == 2 || (c.pdl == 1 && pdl_pays(k, grid, block, smem));
+  launch_after_prior(k, grid, block, smem, c.stream, pdl, args...);
+}
+
 // Main kernel + fix-up of one reduction pass (forward, or max/min stats).
 template <class Fn, class Idx>
 void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
@@ -180,8 +189,8 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     const bool fused = sizeof(A) == 4 && g.fused_fixup && c.fuse_pub != nullptr;
     FuseFix<Idx> fz;
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
-    launch_after_prior(k, grid, block, spw * (block / 32), c.stream, c.pdl, fn, x, q, W, Idx(g.positions), tile_i,
-                       tile_j, carry, head, fz);
+    launch_main(c, k, grid, block, spw * (block / 32), fn, x, q, W, Idx(g.positions), tile_i,
+                tile_j, carry, head, fz);
     check_launch("flat_reduce");
     // The variant that ran (the plan's, unless the slots are missing), where the call has the choice.
     record(c.path, grid, block, !c.fixup_choice ? "" : fused ? "fused_fixup" : "fixup_tree");
@@ -191,8 +200,8 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     auto k = g.vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;
     const int block = viable_block(k, g.block, 0, g.group, "feat_reduce");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
-    launch_after_prior(k, grid, block, 0, c.stream, c.pdl, fn, x, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
-                       carry, head);
+    launch_main(c, k, grid, block, 0, fn, x, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
+                carry, head);
     check_launch("feat_reduce");
     record(c.path, grid, block);
   }
@@ -218,8 +227,8 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_elementwise");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
-    launch_after_prior(k, grid, block, spw * (block / 32), c.stream, c.pdl, fn, x, gi, q, W, Idx(g.positions), tile_i,
-                       tile_j);
+    launch_main(c, k, grid, block, spw * (block / 32), fn, x, gi, q, W, Idx(g.positions), tile_i,
+                tile_j);
     check_launch("flat_elementwise");
     record(c.path, grid, block);
   } else if (!fn.needs_x() && g.slabs == 1 && c.inner * int64_t(sizeof(Raw)) <= 16) {
@@ -230,7 +239,7 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
     auto k = g.vec == VEC ? feat_rows_elementwise<Fn, Idx, VEC> : feat_rows_elementwise<Fn, Idx, 1>;
     const int block = viable_block(k, g.block, 0, 32, "feat_rows_elementwise");
     const int64_t grid = detail::ceil_div(g.workers * g.group, block);
-    launch_after_prior(k, grid, block, 0, c.stream, c.pdl, fn, gi, q, W, g.group, Idx(c.inner), tile_i, tile_j);
+    launch_main(c, k, grid, block, 0, fn, gi, q, W, g.group, Idx(c.inner), tile_i, tile_j);
     check_launch("feat_rows_elementwise");
     record(c.path, grid, block);
   } else {
@@ -238,8 +247,8 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
     auto k = g.vec == VEC ? feat_elementwise<Fn, Idx, VEC> : feat_elementwise<Fn, Idx, 1>;
     const int block = viable_block(k, g.block, 0, g.group, "feat_elementwise");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
-    launch_after_prior(k, grid, block, 0, c.stream, c.pdl, fn, x, gi, q, W, Idx(g.slabs), g.group, Idx(c.inner),
-                       tile_i, tile_j);
+    launch_main(c, k, grid, block, 0, fn, x, gi, q, W, Idx(g.slabs), g.group, Idx(c.inner),
+                tile_i, tile_j);
     check_launch("feat_elementwise");
     record(c.path, grid, block);
   }
@@ -264,8 +273,8 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
     const size_t spw = flat_smem_per_warp<T, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_maxmin_bwd");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
-    launch_after_prior(k, grid, block, spw * (block / 32), c.stream, c.pdl, sf, bf, x, gi, q, W, Idx(g.positions),
-                       tile_i, tile_j, carry, keep, head, Idx(g.items), Idx(g.segs));
+    launch_main(c, k, grid, block, spw * (block / 32), sf, bf, x, gi, q, W, Idx(g.positions),
+                tile_i, tile_j, carry, keep, head, Idx(g.items), Idx(g.segs));
     check_launch("flat_maxmin_bwd");
     record(c.path, grid, block);
   } else {
@@ -273,8 +282,8 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
     auto k = g.vec == VEC ? feat_maxmin_bwd<T, Idx, VEC> : feat_maxmin_bwd<T, Idx, 1>;
     const int block = viable_block(k, g.block, 0, g.group, "feat_maxmin_bwd");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
-    launch_after_prior(k, grid, block, 0, c.stream, c.pdl, sf, bf, x, gi, q, W, Idx(g.slabs), g.group, inner, tile_i,
-                       tile_j, carry, keep, head, Idx(g.items), Idx(g.segs));
+    launch_main(c, k, grid, block, 0, sf, bf, x, gi, q, W, Idx(g.slabs), g.group, inner, tile_i,
+                tile_j, carry, keep, head, Idx(g.items), Idx(g.segs));
     check_launch("feat_maxmin_bwd");
     record(c.path, grid, block);
   }

@@ -418,11 +418,11 @@ TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
 }
 
 // Session 15: the main kernel after prepare is a programmatic dependent launch
-// (SegmentTestCaps::pdl = 0, the default every other test runs); pdl = 2 is the
-// ordinary launch. Every main kernel that follows prepare (flat and feature
-// reduce, flat / feature / row elementwise, both max/min backwards), lengths and
-// offsets (prepare's two partition orders): the ordinary launch against the
-// reference and the CPU, and the two launches bitwise equal, forward and backward.
+// where pdl_pays says so (SegmentTestCaps::pdl = 0, the default every other test
+// runs); pdl = 1 always, 2 never. Every main kernel that follows prepare (flat
+// and feature reduce, flat / feature / row elementwise, both max/min
+// backwards), lengths and offsets: the ordinary launch against the reference and
+// the CPU, and every form bitwise equal to it, forward and backward.
 TEST_P(CudaSegmentReduce, DependentLaunchMatchesOrdinary) {
   SEGRED_NEED_GPU();
 #ifdef SEGRED_WITH_CUDA
@@ -447,18 +447,20 @@ TEST_P(CudaSegmentReduce, DependentLaunchMatchesOrdinary) {
         const Tensor data = dev(make_tensor(x, lay.shape, t)), meta = dev(lay.meta());
         const Segments seg = dev_segments(lay, meta);
         const Reduce red = parse_reduce(r);
-        Tensor out[2], gi[2];
+        Tensor out[3], gi[3];
         Tensor g;
-        for (int k = 0; k < 2; ++k) {
-          caps.pdl = k == 0 ? 2 : 0;
+        for (int k = 0; k < 3; ++k) {
+          caps.pdl = 2 - k;  // never, always, the rule
           out[k] = poisoned(lay.out_shape(), t);
           segment_reduce_out(data, red, seg, out[k]);
           if (k == 0) g = dev(make_tensor(mixed_grads(rng, out[0].numel(), t), lay.out_shape(), t));
           gi[k] = poisoned(lay.shape, t);
           segment_reduce_backward_out(g, out[k], data, red, seg, Tie::Split, gi[k]);
         }
-        EXPECT_TRUE(same_bits(host(out[0]), host(out[1]))) << r << " forward: dependent launch differs";
-        EXPECT_TRUE(same_bits(host(gi[0]), host(gi[1]))) << r << " backward: dependent launch differs";
+        for (int k = 1; k < 3; ++k) {
+          EXPECT_TRUE(same_bits(host(out[0]), host(out[k]))) << r << " forward: pdl " << 2 - k << " differs";
+          EXPECT_TRUE(same_bits(host(gi[0]), host(gi[k]))) << r << " backward: pdl " << 2 - k << " differs";
+        }
       }
     }
   caps.pdl = 0;

@@ -9,9 +9,9 @@
 // 64-bit q of the prod backward, invalid metadata (safe: the CPU's error;
 // unsafe: clamped, scan fallback across tile edges), and unsafe = true never
 // synchronising (the call is captured into a CUDA graph). Offsets calls take both
-// partition orders (PrepArgs::spec, SegmentTestCaps::prep_spec): the tiles
-// searched from the raw offsets before the drop check, redone from q after the
-// scan when the offsets drop; and the search from q after the grid.sync.
+// partition forms (PrepArgs::spec, SegmentTestCaps::prep_spec): the tiles
+// searched from the raw offsets before the drop check or after it, redone from
+// q after the scan when the offsets drop; and the search from q after the sync.
 //
 // Every test skips without a CUDA device.
 #include <gtest/gtest.h>
@@ -98,21 +98,22 @@ struct Meta {
   bool lengths;
 };
 
-// SegmentTestCaps::prep_spec for one scope: 0 offsets calls partition from the
-// raw offsets before prepare's grid.sync (the default), 2 from q after it.
+// SegmentTestCaps::prep_spec for one scope, how an offsets call without a drop
+// partitions: 0 prepare's rule, 1 from the raw offsets before its grid.sync, 2
+// from q after it, 3 from the raw offsets after it.
 struct PrepSpec {
   int old;
   explicit PrepSpec(int v) : old(detail::segment_test_caps().prep_spec.exchange(v)) {}
   ~PrepSpec() { detail::segment_test_caps().prep_spec = old; }
 };
-constexpr int kPrepSpecModes[] = {0, 2};
+constexpr int kPrepSpecModes[] = {0, 1, 2, 3};
 
 void expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
                          Reduce red, Direction dir);
 
 // prepare's outputs for data of `shape` (axis, dtype) and metadata m, against
-// the host reference, with both partition orders (PrepSpec): offsets that drop
-// (unsafe) make the speculative partition wrong, and the scan must redo it.
+// the host reference, with every partition form (PrepSpec): offsets that drop
+// (unsafe) make the raw offsets' partition wrong, and the scan must redo it.
 void expect_prepare(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
                     Reduce red = Reduce::Sum, Direction dir = Direction::Fwd) {
   for (int spec : kPrepSpecModes) {
@@ -359,13 +360,13 @@ TEST(CudaSegmentReducePrepare, InvalidMetadata) {
 // the probe's q and tiles), and it should be 0 for short segments (else the
 // early exit never runs). CudaSegmentReduce.SegmentsAroundTheLongFixupThreshold
 // checks the results around the same threshold.
-// Session 15: offsets (both partition orders, PrepSpec) as well as lengths.
+// Session 15: offsets (every partition form, PrepSpec) as well as lengths.
 TEST(CudaSegmentReducePrepare, LongSegmentFlag) {
   SEGRED_NEED_GPU();
   for (DType dt : {DType::Float32, DType::BFloat16})
-    for (int meta = 0; meta < 3; ++meta) {  // lengths; offsets, speculative partition; offsets, after the sync
+    for (int meta = 0; meta < 5; ++meta) {  // lengths; offsets with prep_spec = meta - 1
       const int64_t items = dt == DType::BFloat16 ? 1024 : 512;
-      PrepSpec guard(meta == 2 ? 2 : 0);
+      PrepSpec guard(meta == 0 ? 0 : meta - 1);
       for (int64_t k : {int64_t(0), int64_t(28), int64_t(30), int64_t(31), int64_t(32), int64_t(33), int64_t(40)}) {
         std::vector<int64_t> lens(3000, 16);
         if (k > 0) lens[1234] = k * items + 5;
@@ -386,7 +387,7 @@ TEST(CudaSegmentReducePrepare, LongSegmentFlag) {
           listed = listed || w - w0 > 32;
         }
         SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " segment of " << k << " tiles, "
-                                          << (meta == 0 ? "lengths" : meta == 1 ? "offsets" : "offsets, prep_spec 2"));
+                                          << (meta == 0 ? "lengths" : "offsets, prep_spec ") << (meta == 0 ? 0 : meta - 1));
         if (listed) EXPECT_EQ(p.long_flag, 1);
         if (k == 0 || k == 28) EXPECT_EQ(p.long_flag, 0) << "short segments must let fixup_tree skip its grid.sync";
         if (k == 40) EXPECT_TRUE(listed);
