@@ -293,13 +293,14 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       }
     }
     {  // session 15: a call's fixed cost, same process, the six forms timed back to back: {prep_spec, pdl} =
-       // the default (both rules), prepare's partition from the raw offsets before / after its grid.sync, from q
-       // after it (sessions 5-14; these three without the dependent launch), the dependent launch always / never
+       // the default (raw offsets before prepare's grid.sync, the dependent launch always), both rules, prepare's
+       // partition from the raw offsets after the sync / from q after it (sessions 5-14), these two and the
+       // default's partition without the dependent launch
       auto& caps = segred::detail::segment_test_caps();
       auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
       auto bwd = [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); };
       constexpr int kModes = 6;
-      const int modes[kModes][2] = {{0, 0}, {1, 2}, {3, 2}, {2, 2}, {0, 1}, {0, 2}};
+      const int modes[kModes][2] = {{0, 0}, {1, 1}, {0, 2}, {3, 2}, {2, 2}, {1, 2}};
       double f[kModes], b[kModes];
       for (int m = 0; m < kModes; ++m) {
         caps.prep_spec = modes[m][0];

@@ -197,21 +197,19 @@ def main():
                       f"{tb:.4f} | {b32:.4f} | {tb / b32:.2f} |\n")
     if prep_rows:
         # Session 15: a call's fixed cost, six forms timed back to back in one process
-        # (SegmentTestCaps {prep_spec, pdl}; bench/cuda_bench.cu): the default (both rules;
-        # the table's rows); prepare's partition of an offsets call from the raw offsets
-        # before its grid.sync, from them after it, and from q after it (sessions 5-14), these
-        # three without the dependent launch; the dependent launch always, never.
+        # (SegmentTestCaps {prep_spec, pdl}; bench/cuda_bench.cu).
         table += ("\nA call's fixed cost (segred only, ms, same process, the six forms of each row timed back to "
-                  "back): default = both session-15 rules (the rows above); prepare's partition of the offsets call "
-                  "from the raw offsets before its grid.sync (raw before), after it (raw after), or from q after it "
-                  "(old, sessions 5-14), these three without the dependent launch; the main kernel as a "
-                  "programmatic dependent launch always (PDL on) or never (PDL off), prepare by its rule:\n\n"
-                  "| case | dtype | reduce | dir | default | raw before | raw after | old | PDL on | PDL off | "
+                  "back): default = prepare's partition of an offsets call from the raw offsets before its "
+                  "grid.sync and the main kernel as a programmatic dependent launch (the rows above); rules = "
+                  "prepare's rule (before or after the sync by the share of scanning blocks) and pdl_pays; then "
+                  "without the dependent launch: the default's partition (raw before), the raw offsets after the "
+                  "sync (raw after), q after the sync (old, sessions 5-14), prepare's rule (rule):\n\n"
+                  "| case | dtype | reduce | dir | default | rules | raw before | raw after | old | rule | "
                   "default - old us |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in prep_rows:
             v = [float(x) for x in r[4:10]]
             table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | " + " | ".join(f"{x:.4f}" for x in v)
-                      + f" | {1e3 * (v[0] - v[3]):+.1f} |\n")
+                      + f" | {1e3 * (v[0] - v[4]):+.1f} |\n")
     print()
     print(table)
     if a.out:

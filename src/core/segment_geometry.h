@@ -87,11 +87,14 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // 2 never (the fixup_tree launch, as before). feat_items (session 13): 0 the
 // rule (feat_items_rule), else the merge items per feature worker (any value >= 1).
 // prep_spec (session 15), how prepare partitions an offsets call without a drop
-// (src/cuda/segment_reduce.cu): 0 its rule, 1 from the raw offsets in its first
-// phase, before the grid.sync, 2 from q after the grid.sync (sessions 5-14), 3
-// from the raw offsets after the grid.sync. pdl (session 15): 0 the rule
-// (pdl_pays), 1 always, 2 never: the main kernel after prepare as a programmatic
-// dependent launch on devices of compute capability >= 9 (src/cuda/common.cuh).
+// (src/cuda/segment_reduce.cu): 0 (default) from the raw offsets in its first
+// phase, before the grid.sync, 1 prepare's rule (before or after by the share of
+// scanning blocks), 2 from q after the grid.sync (sessions 5-14), 3 from the raw
+// offsets after the grid.sync. pdl (session 15): 0 (default) always, 1 the rule
+// (pdl_pays), 2 never: the main kernel after prepare as a programmatic dependent
+// launch on devices of compute capability >= 9 (src/cuda/common.cuh). The
+// defaults are the forms the H200 timed (bench/NOTES.md, session 15); the two
+// rules are tested on the H200 but not yet timed.
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};

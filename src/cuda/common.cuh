@@ -123,11 +123,13 @@ inline bool pdl_supported() {
 // Whether the dependent launch of a grid of `grid` blocks pays. H200, session 15
 // (bench/NOTES.md): 1-2 us less per call on most rows, but 5-9 us more on
 // 2d_x16_f4 fp32, whose feat_reduce is half a wave (545 blocks, 8 fit per SM):
-// blocks that start while prepare still holds the SMs go to the SMs that free
-// first, up to 8 on one, instead of ~4 on each, and a latency-bound kernel of one
-// partial wave then waits for its fullest SMs. So: not for a grid of more blocks
-// than SMs but fewer than the GPU holds at once. The occupancy query is cached
-// per (device, kernel, block, shared memory).
+// the reading (not measured) is that blocks that start while prepare still holds
+// the SMs go to the SMs that free first, up to 8 on one, instead of ~4 on each,
+// and a latency-bound kernel of one partial wave then waits for its fullest SMs.
+// So the rule: not for a grid of more blocks than SMs but fewer than the GPU
+// holds at once. It is SegmentTestCaps::pdl = 1, tested on the H200 but not yet
+// timed; the default launches every main kernel this way. The occupancy query is
+// cached per (device, kernel, block, shared memory).
 template <class Kernel>
 bool pdl_pays(Kernel kernel, int64_t grid, int block, size_t smem) {
   static std::mutex mu;

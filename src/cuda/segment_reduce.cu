@@ -35,9 +35,9 @@
 //   3. the W + 1 tile boundaries of the merge space (partition_tile), when the
 //      call has tiles (every path but the prod backward). Offsets without a
 //      drop (session 15) search the raw offsets (RawEnds: L1-cached, where q
-//      must be read from L2), and when most blocks have nothing to scan they do
-//      it in phase 0 already, beside the scanning blocks' loads instead of
-//      behind them and the grid.sync; lengths and drops search q after the scan.
+//      must be read from L2) in phase 0 already, beside the scanning blocks'
+//      loads instead of behind them and the grid.sync; lengths and drops search
+//      q after the scan.
 // All of it is integer arithmetic: any bracketing of the operator gives the
 // same q, so the result is deterministic.
 #include <cooperative_groups.h>
@@ -175,8 +175,8 @@ struct PrepArgs {
   unsigned* long_count = nullptr;
   unsigned long long* fuse_pub = nullptr;  // flat_reduce's fused fix-up slots, zeroed here
   int64_t fuse_n = 0;
-  int spec = 0;                  // offsets' partition (SegmentTestCaps::prep_spec): 0 the rule in prepare,
-                                 // 1 from the raw offsets before the grid.sync, 2 from q after it, 3 raw after
+  int spec = 0;                  // offsets' partition (SegmentTestCaps::prep_spec): 0 from the raw offsets
+                                 // before the grid.sync, 1 the rule below, 2 from q after it, 3 raw after
 };
 
 // The segment ends of the merge space read from the raw offsets: ends[v] = q[v + 1]
@@ -306,15 +306,17 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
         }
       }
     }
-    // 0b. The partition (3) from the raw offsets (RawEnds), in this phase where
-    // most blocks have no metadata to scan (they would only wait at the grid.sync):
-    // it waits neither for q nor for the grid.sync, and the verdict on the drops
-    // below keeps it or sends the call to the scan, which redoes it from q. Where
-    // (nearly) every block scans, the search follows the scan in each thread
-    // either way, and it runs after the grid.sync (3), still from the raw offsets.
-    // H200, session 15 (bench/NOTES.md): before the sync 1d_64x1M -6 us, 1d_200k_exp40
-    // +2-3 us (196 blocks, all scanning); from the raw offsets 1d_one2^26_1Mx1 -25 us.
-    const bool spec = a.W >= 0 && (a.spec == 1 || (a.spec == 0 && 2 * nscan <= int64_t(gridDim.x)));
+    // 0b. The partition (3) from the raw offsets (RawEnds), in this phase: it
+    // waits neither for q nor for the grid.sync, and the verdict on the drops
+    // below keeps it or sends the call to the scan, which redoes it from q.
+    // H200, session 15 (bench/NOTES.md), against the search from q after the sync:
+    // 1d_64x1M -3 to -6 us (one block scans, the rest only waited), 1d_one2^26_1Mx1
+    // -25 us fp32 (its tiles' shared probes hit L1), 1d_200k_exp40 +1 to +3 us
+    // (196 blocks, all scanning: the order cannot gain there). The rule (spec 1)
+    // searches here only when most blocks have nothing to scan (2 nscan <= grid),
+    // else after the sync from the raw offsets; it is tested but not yet timed,
+    // so it is not the default.
+    const bool spec = a.W >= 0 && (a.spec == 0 || (a.spec == 1 && 2 * nscan <= int64_t(gridDim.x)));
     bool spec_long = false;
     if (spec) {
       const RawEnds e{&a.m, a.outer, a.k, a.L};
@@ -332,7 +334,7 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
       if (spec_long) a.long_count[1] = 1;  // every writer writes 1
       return;
     }
-    raw_after = !need_scan && a.spec != 2;
+    raw_after = !need_scan && (a.spec == 1 || a.spec == 3);
   }
   if (need_scan) {
     // Phases 1-2 are two passes of one loop over the block's range, cut into 8
@@ -618,8 +620,8 @@ LaunchCtx ctx_of(const detail::SegmentLayout& lay, const detail::SegmentGeometry
   c.S = lay.S;
   c.path = detail::segment_path(dir, geo);
   c.fixup_choice = detail::has_fixup_variant(geo, dir);
-  const int pdl = detail::segment_test_caps().pdl.load(std::memory_order_relaxed);  // 0 rule, 1 always, 2 never
-  c.pdl = pdl == 2 || !pdl_supported() ? 0 : pdl == 1 ? 2 : 1;
+  const int pdl = detail::segment_test_caps().pdl.load(std::memory_order_relaxed);  // 0 always, 1 rule, 2 never
+  c.pdl = pdl == 2 || !pdl_supported() ? 0 : pdl == 1 ? 1 : 2;
   return c;
 }
 

@@ -418,8 +418,8 @@ TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
 }
 
 // Session 15: the main kernel after prepare is a programmatic dependent launch
-// where pdl_pays says so (SegmentTestCaps::pdl = 0, the default every other test
-// runs); pdl = 1 always, 2 never. Every main kernel that follows prepare (flat
+// (SegmentTestCaps::pdl = 0, the default every other test runs); pdl = 1 where
+// pdl_pays says so, 2 never. Every main kernel that follows prepare (flat
 // and feature reduce, flat / feature / row elementwise, both max/min
 // backwards), lengths and offsets: the ordinary launch against the reference and
 // the CPU, and every form bitwise equal to it, forward and backward.
@@ -450,7 +450,7 @@ TEST_P(CudaSegmentReduce, DependentLaunchMatchesOrdinary) {
         Tensor out[3], gi[3];
         Tensor g;
         for (int k = 0; k < 3; ++k) {
-          caps.pdl = 2 - k;  // never, always, the rule
+          caps.pdl = 2 - k;  // never, the rule, always
           out[k] = poisoned(lay.out_shape(), t);
           segment_reduce_out(data, red, seg, out[k]);
           if (k == 0) g = dev(make_tensor(mixed_grads(rng, out[0].numel(), t), lay.out_shape(), t));

@@ -99,8 +99,8 @@ struct Meta {
 };
 
 // SegmentTestCaps::prep_spec for one scope, how an offsets call without a drop
-// partitions: 0 prepare's rule, 1 from the raw offsets before its grid.sync, 2
-// from q after it, 3 from the raw offsets after it.
+// partitions: 0 from the raw offsets before prepare's grid.sync, 1 prepare's
+// rule, 2 from q after the sync, 3 from the raw offsets after it.
 struct PrepSpec {
   int old;
   explicit PrepSpec(int v) : old(detail::segment_test_caps().prep_spec.exchange(v)) {}
