@@ -23,8 +23,8 @@
 //   0. offsets only (v5): the scan blocks write q = row base + clamped offset
 //      directly and flag any drop of the clamped offsets within a row; after one
 //      grid.sync, if no block raised its flag, q is the running max already and
-//      the partition (3), searched beside this pass, stands; otherwise (invalid metadata, unsafe mode) 1-2
-//      rebuild all of q. Lengths always take 1-2.
+//      the partition (3), searched beside this pass, stands; otherwise (invalid
+//      metadata, unsafe mode) 1-2 rebuild all of q. Lengths always take 1-2.
 //   1. the first `scan blocks` each reduce a contiguous range of the metadata
 //      items (row-major, outer x k) with the segmented operator ScanOp: their
 //      aggregates;
@@ -445,7 +445,8 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
   // 3. partition (q is complete: the speculative pass and one grid.sync, or the
   // scan), from the raw offsets when they did not drop, else from q.
   const EndsAfterSync<Idx> e{RawEnds{&a.m, a.outer, a.k, a.L}, a.q, raw_after};
-  if (partition_tiles(a, e, StartsOf<EndsAfterSync<Idx>>{e}, gtid, gstride)) a.long_count[1] = 1;  // every writer writes 1
+  if (partition_tiles(a, e, StartsOf<EndsAfterSync<Idx>>{e}, gtid, gstride))
+    a.long_count[1] = 1;  // every writer writes 1
 }
 
 template <int ES>
