@@ -155,9 +155,10 @@ bool pdl_pays(Kernel kernel, int64_t grid, int block, size_t smem) {
 }
 
 // kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent launch
-// of the kernel before it in `s` when `pdl` (see wait_prior_grid).
+// of the kernel before it in `s` when `pdl` (see wait_prior_grid); the launch's
+// own error code.
 template <class... Exp, class... Act>
-void launch_after_prior(void (*kernel)(Exp...), int64_t grid, int block, size_t smem, cudaStream_t s, bool pdl,
+cudaError_t launch_after_prior(void (*kernel)(Exp...), int64_t grid, int block, size_t smem, cudaStream_t s, bool pdl,
                         const Act&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(grid));
@@ -169,8 +170,7 @@ void launch_after_prior(void (*kernel)(Exp...), int64_t grid, int block, size_t 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  // A failed launch leaves its error for check_launch, like <<<>>>.
-  (void)cudaLaunchKernelEx(&cfg, kernel, args...);
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 inline void check_launch(const char* name) {

@@ -162,7 +162,8 @@ void launch_coop(void (*kernel)(Exp...), int64_t want, int block, const LaunchCt
 template <class... Exp, class... Act>
 void launch_main(const LaunchCtx& c, void (*k)(Exp...), int64_t grid, int block, size_t smem, const Act&... args) {
   const bool pdl = c.pdl == 2 || (c.pdl == 1 && pdl_pays(k, grid, block, smem));
-  launch_after_prior(k, grid, block, smem, c.stream, pdl, args...);
+  SEGRED_CUDA_CHECK(launch_after_prior(k, grid, block, smem, c.stream, pdl, args...),
+                    "segment_reduce: launch of the main kernel");
 }
 
 // Main kernel + fix-up of one reduction pass (forward, or max/min stats).
