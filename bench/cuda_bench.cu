@@ -275,6 +275,20 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       std::printf("FUSE\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%s\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
                   rname, tf, on, off, pl.to_string().c_str());
     }
+    if (inner == 1 && dtype_size(dt) >= 4) {  // session 16: flat_reduce's full tiles direct (default) or staged,
+                                             // alternated twice in the same process
+      auto& caps = segred::detail::segment_test_caps();
+      auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
+      double dm[2][2];
+      for (int rep = 0; rep < 2; ++rep)
+        for (int k = 0; k < 2; ++k) {
+          caps.flat_direct = k;
+          dm[rep][k] = median_ms(fwd, g_reps);
+        }
+      caps.flat_direct = 0;
+      std::printf("DIRECT\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\t%.5f\n", c.name.c_str(),
+                  std::string(dtype_name(dt)).c_str(), rname, tf, dm[0][0], dm[0][1], dm[1][0], dm[1][1]);
+    }
     if (inner > 1) {  // session 13: the plan's merge items per feature worker against 32, same process
       const Plan pf = plan_segment_reduce(
           SegmentProblem{Backend::CUDA, Direction::Fwd, red, dt, DType::Int64, 1, rows, inner, S});

@@ -104,7 +104,7 @@ def main():
     res = subprocess.run(cmd, capture_output=True, text=True)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
-    copy_gbs, device, rows, len_rows, fuse_rows, feat_rows, prep_rows = None, "?", [], [], [], [], []
+    copy_gbs, device, rows, len_rows, fuse_rows, feat_rows, prep_rows, direct_rows = None, "?", [], [], [], [], [], []
     for line in res.stdout.splitlines():
         f = line.split("\t")
         if f[0] == "COPY":
@@ -121,6 +121,8 @@ def main():
             feat_rows.append(f[1:])
         elif f[0] == "PREP":
             prep_rows.append(f[1:])
+        elif f[0] == "DIRECT":
+            direct_rows.append(f[1:])
     if copy_gbs is None:
         print("cuda_bench failed", file=sys.stderr)
         return 1
@@ -195,6 +197,20 @@ def main():
             tf, f32, tb, b32 = float(r[3]), float(r[4]), float(r[5]), float(r[6])
             table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[7]} / {r[8]} | {tf:.4f} | {f32:.4f} | {tf / f32:.2f} | "
                       f"{tb:.4f} | {b32:.4f} | {tb / b32:.2f} |\n")
+    if direct_rows:
+        # Session 16: flat_reduce's full tiles of 4-byte data read straight into registers
+        # (the default, SegmentTestCaps::flat_direct 0) against the shared-memory staging (1),
+        # alternated twice in one process (bench/cuda_bench.cu).
+        table += ("\nThe inner == 1 forwards of 4-byte data with flat_reduce's full tiles read straight into "
+                  "registers (direct, the default) against staged through shared memory (segred only, same "
+                  "process, direct / staged / direct / staged):\n\n"
+                  "| case | dtype | reduce | table ms | direct ms | staged ms | direct ms | staged ms | "
+                  "direct / staged |\n|---|---|---|---|---|---|---|---|---|\n")
+        for r in direct_rows:
+            v = [float(x) for x in r[3:8]]
+            ratio = (v[1] + v[3]) / (v[2] + v[4])
+            table += (f"| {r[0]} | {r[1]} | {r[2]} | {v[0]:.4f} | {v[1]:.4f} | {v[2]:.4f} | {v[3]:.4f} | "
+                      f"{v[4]:.4f} | {ratio:.2f} |\n")
     if prep_rows:
         # Session 15: a call's fixed cost, six forms timed back to back in one process
         # (SegmentTestCaps {prep_spec, pdl}; bench/cuda_bench.cu).

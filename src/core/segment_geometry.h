@@ -94,12 +94,16 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // (pdl_pays), 2 never: the main kernel after prepare as a programmatic dependent
 // launch on devices of compute capability >= 9 (src/cuda/common.cuh). The
 // defaults are the forms the H200 timed (bench/NOTES.md, session 15); the two
-// rules are tested on the H200 but not yet timed.
+// rules are tested on the H200 but not yet timed. flat_direct (session 16): 0
+// (default) flat_reduce reads the full tiles without a segment end of 4- and
+// 8-byte data straight into registers (as the 16-bit types do since session 10),
+// 1 stages them through shared memory (sessions 1-15): bitwise the same result.
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};
   std::atomic<int> prep_spec{0};
   std::atomic<int> pdl{0};
+  std::atomic<int> flat_direct{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;

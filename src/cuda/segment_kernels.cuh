@@ -672,6 +672,61 @@ __device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, con
   }
 }
 
+// Session 16: the same for the 4- and 8-byte types (fp32, fp64), which staged
+// every tile through shared memory until then (the per-element staging: one
+// load, one shared store and one shared load per element before the fold). Lane
+// l folds positions j0 + 16 l .. j0 + 16 l + 15 in order, the slots of
+// flat_walk_fixed's plain fold: bitwise the staged path. They start o = j0 mod VE
+// elements into the aligned vector at jb + 16 l (jb = j0 - o): 16 / VE 16-byte
+// loads, one more when o > 0; o is warp-uniform, so position k is element o + k
+// of the loaded ones through a switch over VE unrolled copies, not a register index.
+template <int C, class Fn, class Idx, class Raw, class A, class Ctx, int N>
+__device__ __forceinline__ void flat_fold_elems(const Fn& fn, const Ctx& c, const Raw (&e)[N], Idx jl, A& acc) {
+  static_assert(C + kIpl<Raw> <= N, "the lane's positions lie in the loaded vectors");
+#pragma unroll
+  for (int k = 0; k < kIpl<Raw>; ++k) acc = fn.combine(acc, fn.value(c, jl + Idx(k), e[C + k]));
+}
+template <class Fn, class Raw, class Idx, class A, class Ctx>
+__device__ __forceinline__ void flat_fold_direct_wide(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
+                                                      Idx nel, int lane, A& acc) {
+  constexpr int VE = kVecE<Raw>, IPL = kIpl<Raw>, NV = IPL / VE + 1;
+  static_assert(sizeof(Raw) >= 4 && IPL % VE == 0, "4- and 8-byte types: whole vectors per lane");
+  const int o = int(j0 % Idx(VE));
+  const Idx jb = j0 - Idx(o) + Idx(IPL * lane);  // 16-byte aligned (x is)
+  Raw e[NV * VE];
+#pragma unroll
+  for (int r = 0; r < NV; ++r) {
+    Vec<Raw, VE> v{};
+    if (r < NV - 1 || o > 0) {
+      if (jb + Idx(VE * r + VE) <= nel) {
+        v = load_vec<Raw, VE>(x + jb + Idx(VE * r));
+      } else {  // the tensor's last vector: the positions before nel only (the tile's lie there)
+#pragma unroll
+        for (int k = 0; k < VE; ++k)
+          if (jb + Idx(VE * r + k) < nel) v.v[k] = x[jb + Idx(VE * r + k)];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VE; ++k) e[VE * r + k] = v.v[k];
+  }
+  const Idx jl = j0 + Idx(IPL * lane);
+  if constexpr (VE == 4) {
+    switch (o) {
+      case 0: flat_fold_elems<0, Fn, Idx>(fn, c, e, jl, acc); break;
+      case 1: flat_fold_elems<1, Fn, Idx>(fn, c, e, jl, acc); break;
+      case 2: flat_fold_elems<2, Fn, Idx>(fn, c, e, jl, acc); break;
+      default: flat_fold_elems<3, Fn, Idx>(fn, c, e, jl, acc); break;
+    }
+  } else {
+    static_assert(VE == 2, "8-byte types: two per vector");
+    if (o == 0) {
+      flat_fold_elems<0, Fn, Idx>(fn, c, e, jl, acc);
+    } else {
+      flat_fold_elems<1, Fn, Idx>(fn, c, e, jl, acc);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- fused fix-up
 // flat_reduce's crossing segments, combined inside flat_reduce itself (session
 // 12): the rule and the orders are in src/cuda/fused_fixup_rule.h. It replaces
@@ -805,7 +860,8 @@ template <class Fn, class Idx>
 __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
     flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x, const Idx* __restrict__ q, Idx W, Idx nel,
                 const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j, typename Fn::A* carry,
-                typename Fn::A* head, FuseFix<Idx> fz) {  // fz.pub null: carry/head for fixup_tree
+                typename Fn::A* head, FuseFix<Idx> fz,  // fz.pub null: carry/head for fixup_tree
+                bool direct) {  // 4- and 8-byte full tiles read straight into registers (SegmentTestCaps::flat_direct)
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
@@ -813,12 +869,17 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
-  if constexpr (kFlatFixedWalk<Fn> && sizeof(Raw) == 2) {
+  if constexpr (kFlatFixedWalk<Fn>) {
     const Idx i0 = tile_i[w], j0 = tile_j[w];
-    if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) && aligned16_dev(x)) {  // warp-uniform
+    if ((sizeof(Raw) == 2 || direct) && tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) &&
+        aligned16_dev(x)) {  // warp-uniform
       const FuseOpen<Idx> qo = fuse_open(q, fz, i0);
       A acc = fn.identity();
-      flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+      if constexpr (sizeof(Raw) == 2) {
+        flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+      } else {
+        flat_fold_direct_wide(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+      }
       const A val = flat_warp_scan(fn, i0, acc, lane);  // one open segment: the plain scan
       if (fz.pub == nullptr) {
         if (lane == 31) carry[w] = val;  // fixup_tree follows

@@ -66,6 +66,8 @@ struct LaunchCtx {
   bool fixup_choice = false;  // the call has the fused / fixup_tree choice (has_fixup_variant)
   int pdl = 0;                // the main kernel after prepare as a programmatic dependent launch:
                               // 0 never, 1 where it pays (pdl_pays), 2 always
+  bool flat_direct = true;    // flat_reduce's 4- and 8-byte full tiles straight into registers
+                              // (SegmentTestCaps::flat_direct 0; 1: staged)
   Arena* arena = nullptr;
 };
 
@@ -191,7 +193,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     FuseFix<Idx> fz;
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
     launch_main(c, k, grid, block, spw * (block / 32), fn, x, q, W, Idx(g.positions), tile_i,
-                tile_j, carry, head, fz);
+                tile_j, carry, head, fz, c.flat_direct);
     check_launch("flat_reduce");
     // The variant that ran (the plan's, unless the slots are missing), where the call has the choice.
     record(c.path, grid, block, !c.fixup_choice ? "" : fused ? "fused_fixup" : "fixup_tree");

@@ -576,6 +576,59 @@ TEST_P(CudaSegmentReduce, FlatDirectTilesAtTheTensorEnd) {
 #endif
 }
 
+// Session 16: flat_reduce reads the full tiles without a segment end of 4- and
+// 8-byte data straight into registers (SegmentTestCaps::flat_direct = 0, the
+// default) instead of staging them (1). The lane folds the same positions in
+// the same order, so the two must agree bit for bit, every forward reduce, on
+// tiles at every phase j0 mod 4 (e one-element segments before a long one), a
+// last full tile that ends at the tensor's end or one element before it, and
+// data with NaN, infinities and signed zeros; the direct form also against the
+// reference and the CPU (check_cuda).
+TEST_P(CudaSegmentReduce, FlatDirectWideMatchesStaged) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  if (dtype_size(t) == 2) GTEST_SKIP() << "16-bit tiles are always direct (FlatDirectTilesAtTheTensorEnd)";
+  auto& caps = detail::segment_test_caps();
+  const int64_t tile = 512;
+  for (int64_t tail : {0, 1})
+    for (int64_t e = 0; e <= 5; ++e) {
+      std::vector<int64_t> lens(size_t(e), 1);
+      lens.push_back(3 * tile + 7 - 2 * e);
+      lens.push_back(tile / 2);
+      lens.push_back(2 * tile - 3 + tail);  // the last full tile ends at the tensor's end (tail 0) or not
+      int64_t L = 0;
+      for (auto n : lens) L += n;
+      SCOPED_TRACE(::testing::Message() << "e " << e << " tail " << tail << " L " << L);
+      const Layout lay = from_lengths({L}, 0, {lens});
+      for (const char* r : {"sum", "mean", "max", "min", "prod"}) {
+        std::vector<double> x = rounded(t, random_data(rng, L, r, t));
+        if (e == 3) {  // special values inside full tiles
+          x[size_t(e + 100)] = std::numeric_limits<double>::quiet_NaN();
+          x[size_t(e + 3 * tile + 40)] = std::numeric_limits<double>::infinity();
+          x[size_t(L - 5)] = -std::numeric_limits<double>::infinity();
+          x[size_t(L - 9)] = -0.0;
+        }
+        caps.flat_direct = 0;
+        check_cuda(lay, t, r, x, rng);
+        const Tensor data = dev(make_tensor(x, lay.shape, t)), meta = dev(lay.meta());
+        const Segments seg = dev_segments(lay, meta);
+        Tensor out[2];
+        for (int k = 0; k < 2; ++k) {
+          caps.flat_direct = k;
+          out[k] = poisoned(lay.out_shape(), t);
+          segment_reduce_out(data, parse_reduce(r), seg, out[k]);
+        }
+        EXPECT_TRUE(same_bits(host(out[0]), host(out[1]))) << r << ": direct and staged tiles differ";
+      }
+    }
+  caps.flat_direct = 0;
+#endif
+}
+
 // Session 8: flat_reduce walks a lane's merge items as a fixed, predicated loop
 // over its kIpl position slots (segment ends as bits, the pad as a select, the
 // segments that begin and end inside one lane re-walked). Layouts that put
