@@ -275,19 +275,20 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       std::printf("FUSE\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%s\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
                   rname, tf, on, off, pl.to_string().c_str());
     }
-    if (inner == 1 && dtype_size(dt) >= 4) {  // session 16: flat_reduce's full tiles direct (default) or staged,
-                                             // alternated twice in the same process
+    if (inner == 1) {  // session 16: flat_reduce's full-tile forms (SegmentTestCaps::flat_direct 1 sessions 1-15,
+                       // 2 lane-contiguous, 3 coalesced), alternated twice in the same process
       auto& caps = segred::detail::segment_test_caps();
       auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
-      double dm[2][2];
+      double dm[2][3];
       for (int rep = 0; rep < 2; ++rep)
-        for (int k = 0; k < 2; ++k) {
-          caps.flat_direct = k;
+        for (int k = 0; k < 3; ++k) {
+          caps.flat_direct = 1 + k;
           dm[rep][k] = median_ms(fwd, g_reps);
         }
       caps.flat_direct = 0;
-      std::printf("DIRECT\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\t%.5f\n", c.name.c_str(),
-                  std::string(dtype_name(dt)).c_str(), rname, tf, dm[0][0], dm[0][1], dm[1][0], dm[1][1]);
+      std::printf("DIRECT\t%s\t%s\t%s\t%.5f", c.name.c_str(), std::string(dtype_name(dt)).c_str(), rname, tf);
+      for (int k = 0; k < 3; ++k) std::printf("\t%.5f\t%.5f", dm[0][k], dm[1][k]);
+      std::printf("\n");
     }
     if (inner > 1) {  // session 13: the plan's merge items per feature worker against 32, same process
       const Plan pf = plan_segment_reduce(
@@ -307,14 +308,14 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       }
     }
     {  // session 15: a call's fixed cost, same process, the six forms timed back to back: {prep_spec, pdl} =
-       // the default (raw offsets before prepare's grid.sync, the dependent launch always), both rules, prepare's
-       // partition from the raw offsets after the sync / from q after it (sessions 5-14), these two and the
-       // default's partition without the dependent launch
+       // the default (raw offsets before prepare's grid.sync, the dependent launch where pdl_pays: session 16),
+       // the dependent launch always (session 15's default), then without it: the default's partition, prepare's
+       // partition from the raw offsets after the sync / from q after it (sessions 5-14), prepare's rule
       auto& caps = segred::detail::segment_test_caps();
       auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
       auto bwd = [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); };
       constexpr int kModes = 6;
-      const int modes[kModes][2] = {{0, 0}, {1, 1}, {0, 2}, {3, 2}, {2, 2}, {1, 2}};
+      const int modes[kModes][2] = {{0, 0}, {0, 1}, {0, 2}, {3, 2}, {2, 2}, {1, 2}};
       double f[kModes], b[kModes];
       for (int m = 0; m < kModes; ++m) {
         caps.prep_spec = modes[m][0];

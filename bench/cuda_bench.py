@@ -198,29 +198,32 @@ def main():
             table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[7]} / {r[8]} | {tf:.4f} | {f32:.4f} | {tf / f32:.2f} | "
                       f"{tb:.4f} | {b32:.4f} | {tb / b32:.2f} |\n")
     if direct_rows:
-        # Session 16: flat_reduce's full tiles of 4-byte data read straight into registers
-        # (the default, SegmentTestCaps::flat_direct 0) against the shared-memory staging (1),
-        # alternated twice in one process (bench/cuda_bench.cu).
-        table += ("\nThe inner == 1 forwards of 4-byte data with flat_reduce's full tiles read straight into "
-                  "registers (direct, the default) against staged through shared memory (segred only, same "
-                  "process, direct / staged / direct / staged):\n\n"
-                  "| case | dtype | reduce | table ms | direct ms | staged ms | direct ms | staged ms | "
-                  "direct / staged |\n|---|---|---|---|---|---|---|---|---|\n")
+        # Session 16: how flat_reduce reads a full tile without a segment end
+        # (SegmentTestCaps::flat_direct: 1 sessions 1-15, 2 lane-contiguous, 3 coalesced),
+        # each form timed twice, alternated, in one process (bench/cuda_bench.cu).
+        table += ("\nThe inner == 1 forwards with flat_reduce's full tiles (no segment end) read in three forms "
+                  "(segred only, same process, each twice, alternated; ms): old = sessions 1-15 (4-byte staged "
+                  "through shared memory, 16-bit lane-contiguous), lane = lane l's consecutive positions straight "
+                  "into registers (float32 sum/mean and 16-bit; else staged), coalesced = 16-byte vectors in rounds "
+                  "of 32 lanes; 'table ms' is the row above (the default):\n\n"
+                  "| case | dtype | reduce | table ms | old | old | lane | lane | coalesced | coalesced | "
+                  "lane / old | coalesced / old |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in direct_rows:
-            v = [float(x) for x in r[3:8]]
-            ratio = (v[1] + v[3]) / (v[2] + v[4])
-            table += (f"| {r[0]} | {r[1]} | {r[2]} | {v[0]:.4f} | {v[1]:.4f} | {v[2]:.4f} | {v[3]:.4f} | "
-                      f"{v[4]:.4f} | {ratio:.2f} |\n")
+            v = [float(x) for x in r[3:10]]
+            old, lane, co = v[1] + v[2], v[3] + v[4], v[5] + v[6]
+            table += (f"| {r[0]} | {r[1]} | {r[2]} | " + " | ".join(f"{x:.4f}" for x in v)
+                      + f" | {lane / old:.2f} | {co / old:.2f} |\n")
     if prep_rows:
         # Session 15: a call's fixed cost, six forms timed back to back in one process
         # (SegmentTestCaps {prep_spec, pdl}; bench/cuda_bench.cu).
         table += ("\nA call's fixed cost (segred only, ms, same process, the six forms of each row timed back to "
                   "back): default = prepare's partition of an offsets call from the raw offsets before its "
-                  "grid.sync and the main kernel as a programmatic dependent launch (the rows above); rules = "
-                  "prepare's rule (before or after the sync by the share of scanning blocks) and pdl_pays; then "
-                  "without the dependent launch: the default's partition (raw before), the raw offsets after the "
-                  "sync (raw after), q after the sync (old, sessions 5-14), prepare's rule (rule):\n\n"
-                  "| case | dtype | reduce | dir | default | rules | raw before | raw after | old | rule | "
+                  "grid.sync and the main kernel as a programmatic dependent launch where pdl_pays says so (the "
+                  "rows above); pdl always = the same with the dependent launch on every call (session 15's "
+                  "default); then without the dependent launch: the default's partition (raw before), the raw "
+                  "offsets after the sync (raw after), q after the sync (old, sessions 5-14), prepare's rule "
+                  "(before or after the sync by the share of scanning blocks; rule):\n\n"
+                  "| case | dtype | reduce | dir | default | pdl always | raw before | raw after | old | rule | "
                   "default - old us |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in prep_rows:
             v = [float(x) for x in r[4:10]]

@@ -90,14 +90,22 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // (src/cuda/segment_reduce.cu): 0 (default) from the raw offsets in its first
 // phase, before the grid.sync, 1 prepare's rule (before or after by the share of
 // scanning blocks), 2 from q after the grid.sync (sessions 5-14), 3 from the raw
-// offsets after the grid.sync. pdl (session 15): 0 (default) always, 1 the rule
-// (pdl_pays), 2 never: the main kernel after prepare as a programmatic dependent
-// launch on devices of compute capability >= 9 (src/cuda/common.cuh). The
-// defaults are the forms the H200 timed (bench/NOTES.md, session 15); the two
-// rules are tested on the H200 but not yet timed. flat_direct (session 16): 0
-// (default) flat_reduce reads the full tiles without a segment end of 4- and
-// 8-byte data straight into registers (as the 16-bit types do since session 10),
-// 1 stages them through shared memory (sessions 1-15): bitwise the same result.
+// offsets after the grid.sync (prepare's rule, 1, lost 8-12 us on
+// 1d_one2^26_1Mx1 fp32 in session 16's timing and is not the default). pdl: 0
+// (default since session 16) the rule (pdl_pays: not for a grid between one
+// block per SM and one full wave, where session 16 timed the dependent launch
+// 6-9 us slower on 2d_x16_f4 fp32 sum), 1 always (session 15's default), 2 never:
+// the main kernel after prepare as a programmatic dependent launch on devices of
+// compute capability >= 9 (src/cuda/common.cuh). flat_direct (session 16), how
+// flat_reduce reads a full tile that holds no segment end (flat_form in
+// src/cuda/segment_reduce_impl.cuh): 0 the default, 1 sessions 1-15's forms
+// (4- and 8-byte types staged through shared memory, 16-bit types straight into
+// registers, lane l its 32 consecutive positions), 2 that lane-contiguous read
+// also for float32 sum and mean (bitwise the staged result), 3 coalesced vector
+// loads for every forward and dtype (another combine order). The default is 2's
+// forms: on the H200 (bench/NOTES.md, session 16) float32 sum read
+// lane-contiguously ran 3-5% faster than staged on the long-segment rows, max 5-8%
+// slower, so max, min and prod keep the staging.
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};

@@ -672,25 +672,33 @@ __device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, con
   }
 }
 
-// Session 16: the same for the 4- and 8-byte types (fp32, fp64), which staged
+// Session 16: the same for float32 sum and mean (kFlatDirectWide), which staged
 // every tile through shared memory until then (the per-element staging: one
 // load, one shared store and one shared load per element before the fold). Lane
 // l folds positions j0 + 16 l .. j0 + 16 l + 15 in order, the slots of
-// flat_walk_fixed's plain fold: bitwise the staged path. They start o = j0 mod VE
-// elements into the aligned vector at jb + 16 l (jb = j0 - o): 16 / VE 16-byte
-// loads, one more when o > 0; o is warp-uniform, so position k is element o + k
-// of the loaded ones through a switch over VE unrolled copies, not a register index.
+// flat_walk_fixed's plain fold: bitwise the staged path. They start o = j0 mod 4
+// elements into the aligned vector at jb + 16 l (jb = j0 - o): four 16-byte
+// loads, a fifth when o > 0; o is warp-uniform, so position k is element o + k
+// of the loaded ones through a switch over 4 unrolled copies, not a register index.
+// H200, session 16 (bench/NOTES.md; same process, direct / staged): sum 0.95 on
+// 1d_64x1M and 0.97 on 1d_one2^26_1Mx1, but max 1.05 and 1.08, so max, min and
+// prod (and 8-byte types, not timed) keep the staging.
 template <int C, class Fn, class Idx, class Raw, class A, class Ctx, int N>
 __device__ __forceinline__ void flat_fold_elems(const Fn& fn, const Ctx& c, const Raw (&e)[N], Idx jl, A& acc) {
   static_assert(C + kIpl<Raw> <= N, "the lane's positions lie in the loaded vectors");
 #pragma unroll
   for (int k = 0; k < kIpl<Raw>; ++k) acc = fn.combine(acc, fn.value(c, jl + Idx(k), e[C + k]));
 }
+template <class Fn>
+constexpr bool kFlatDirectWide = false;
+template <class Idx>
+constexpr bool kFlatDirectWide<FwdFn<float, ops::SumTag, Idx>> = true;
+
 template <class Fn, class Raw, class Idx, class A, class Ctx>
 __device__ __forceinline__ void flat_fold_direct_wide(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
                                                       Idx nel, int lane, A& acc) {
   constexpr int VE = kVecE<Raw>, IPL = kIpl<Raw>, NV = IPL / VE + 1;
-  static_assert(sizeof(Raw) >= 4 && IPL % VE == 0, "4- and 8-byte types: whole vectors per lane");
+  static_assert(sizeof(Raw) == 4 && IPL % VE == 0, "4-byte types: whole vectors per lane");
   const int o = int(j0 % Idx(VE));
   const Idx jb = j0 - Idx(o) + Idx(IPL * lane);  // 16-byte aligned (x is)
   Raw e[NV * VE];
@@ -710,22 +718,63 @@ __device__ __forceinline__ void flat_fold_direct_wide(const Fn& fn, const Ctx& c
     for (int k = 0; k < VE; ++k) e[VE * r + k] = v.v[k];
   }
   const Idx jl = j0 + Idx(IPL * lane);
-  if constexpr (VE == 4) {
-    switch (o) {
-      case 0: flat_fold_elems<0, Fn, Idx>(fn, c, e, jl, acc); break;
-      case 1: flat_fold_elems<1, Fn, Idx>(fn, c, e, jl, acc); break;
-      case 2: flat_fold_elems<2, Fn, Idx>(fn, c, e, jl, acc); break;
-      default: flat_fold_elems<3, Fn, Idx>(fn, c, e, jl, acc); break;
-    }
-  } else {
-    static_assert(VE == 2, "8-byte types: two per vector");
-    if (o == 0) {
-      flat_fold_elems<0, Fn, Idx>(fn, c, e, jl, acc);
-    } else {
-      flat_fold_elems<1, Fn, Idx>(fn, c, e, jl, acc);
-    }
+  switch (o) {
+    case 0: flat_fold_elems<0, Fn, Idx>(fn, c, e, jl, acc); break;
+    case 1: flat_fold_elems<1, Fn, Idx>(fn, c, e, jl, acc); break;
+    case 2: flat_fold_elems<2, Fn, Idx>(fn, c, e, jl, acc); break;
+    default: flat_fold_elems<3, Fn, Idx>(fn, c, e, jl, acc); break;
   }
 }
+
+// Session 16: a full tile without a segment end read with coalesced loads: the
+// tile's 16-byte vectors from jb = j0 - o (o = j0 mod VE) in rounds of 32 lanes,
+// lane l taking vector 32 r + l of round r (kTile / (32 VE) rounds: 4 for every
+// dtype), so each load instruction of the warp covers 512 contiguous bytes where
+// the lane-contiguous forms above (lane l's positions 16 l .. 16 l + 15, or 32 for
+// 16-bit) spread a warp's load over the tile's whole 2 KB. The o positions before
+// the tile (lane 0's first vector) are not combined; the o positions at the
+// tile's end past the last round (j0 + kTile - o .. j0 + kTile - 1, always inside
+// the tile, so below nel) are lane 0's, read as scalars. The lanes' partials
+// then meet in a shuffle butterfly, which leaves the tile total in every lane.
+// Deterministic (the order depends only on j0), but not the staged fold's order:
+// a sum's bits differ from the staged and lane-contiguous forms.
+template <class Fn, class Raw, class Idx, class Ctx, class A = typename Fn::A>
+__device__ __forceinline__ A flat_fold_coalesced(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
+                                                 int lane) {
+  constexpr int VE = kVecE<Raw>, R = kTile<Raw> / (32 * VE);
+  static_assert(kTile<Raw> % (32 * VE) == 0, "whole rounds of 32 vectors");
+  const int o = int(j0 % Idx(VE));
+  const Idx jb = j0 - Idx(o);  // 16-byte aligned (x is)
+  Vec<Raw, VE> v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = load_vec<Raw, VE>(x + jb + Idx((32 * r + lane) * VE));
+  Raw ex[VE > 1 ? VE - 1 : 1];
+#pragma unroll
+  for (int e = 0; e < VE - 1; ++e) ex[e] = (lane == 0 && e < o) ? x[jb + Idx(kTile<Raw> + e)] : Raw{};
+  A acc = fn.identity();
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int e = 0; e < VE; ++e) {
+      const int rel = (32 * r + lane) * VE + e;
+      if (r > 0 || rel >= o) acc = fn.combine(acc, fn.value(c, jb + Idx(rel), v[r].v[e]));
+    }
+#pragma unroll
+  for (int e = 0; e < VE - 1; ++e)
+    if (lane == 0 && e < o) acc = fn.combine(acc, fn.value(c, jb + Idx(kTile<Raw> + e), ex[e]));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc = fn.combine(acc, __shfl_xor_sync(kFull, acc, off));
+  return acc;
+}
+
+// How flat_reduce reads a full tile without a segment end: its template
+// argument, one instantiation per form (so that a form's registers do not
+// depend on the others' code), chosen on the host per call (flat_form in
+// segment_reduce_impl.cuh).
+enum class FlatForm : int { Staged = 0, Lane = 1, Coalesced = 2 };
+// Whether the lane-contiguous form exists for Fn: the 16-bit types, float32 sum/mean.
+template <class Fn>
+constexpr bool kFlatLaneForm = sizeof(typename Fn::Raw) == 2 || kFlatDirectWide<Fn>;
 
 // ---------------------------------------------------------------- fused fix-up
 // flat_reduce's crossing segments, combined inside flat_reduce itself (session
@@ -856,12 +905,11 @@ __device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__
 template <class Raw, class Idx>
 constexpr int kFlatMinBlocks = sizeof(Idx) != 4 ? 1 : sizeof(Raw) == 4 ? 8 : sizeof(Raw) == 2 ? 6 : 1;
 
-template <class Fn, class Idx>
+template <class Fn, class Idx, FlatForm F = FlatForm::Staged>
 __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
     flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x, const Idx* __restrict__ q, Idx W, Idx nel,
                 const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j, typename Fn::A* carry,
-                typename Fn::A* head, FuseFix<Idx> fz,  // fz.pub null: carry/head for fixup_tree
-                bool direct) {  // 4- and 8-byte full tiles read straight into registers (SegmentTestCaps::flat_direct)
+                typename Fn::A* head, FuseFix<Idx> fz) {  // fz.pub null: carry/head for fixup_tree
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
@@ -869,18 +917,24 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
-  if constexpr (kFlatFixedWalk<Fn>) {
+  static_assert(F == FlatForm::Staged || kFlatFixedWalk<Fn>, "the direct forms are the forwards'");
+  static_assert(F != FlatForm::Lane || kFlatLaneForm<Fn>, "the lane-contiguous form: 16-bit, float32 sum/mean");
+  if constexpr (F != FlatForm::Staged) {
     const Idx i0 = tile_i[w], j0 = tile_j[w];
-    if ((sizeof(Raw) == 2 || direct) && tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) &&
-        aligned16_dev(x)) {  // warp-uniform
+    if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) && aligned16_dev(x)) {  // warp-uniform
       const FuseOpen<Idx> qo = fuse_open(q, fz, i0);
-      A acc = fn.identity();
-      if constexpr (sizeof(Raw) == 2) {
-        flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+      A val;
+      if constexpr (F == FlatForm::Coalesced) {
+        val = flat_fold_coalesced(fn, fn.ctx(i0, 0), x, j0, lane);
       } else {
-        flat_fold_direct_wide(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+        A acc = fn.identity();
+        if constexpr (sizeof(Raw) == 2) {
+          flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+        } else {
+          flat_fold_direct_wide(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
+        }
+        val = flat_warp_scan(fn, i0, acc, lane);  // one open segment: the plain scan
       }
-      const A val = flat_warp_scan(fn, i0, acc, lane);  // one open segment: the plain scan
       if (fz.pub == nullptr) {
         if (lane == 31) carry[w] = val;  // fixup_tree follows
       } else {

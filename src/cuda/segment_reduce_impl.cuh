@@ -66,8 +66,7 @@ struct LaunchCtx {
   bool fixup_choice = false;  // the call has the fused / fixup_tree choice (has_fixup_variant)
   int pdl = 0;                // the main kernel after prepare as a programmatic dependent launch:
                               // 0 never, 1 where it pays (pdl_pays), 2 always
-  bool flat_direct = true;    // flat_reduce's 4- and 8-byte full tiles straight into registers
-                              // (SegmentTestCaps::flat_direct 0; 1: staged)
+  int flat_direct = 0;        // SegmentTestCaps::flat_direct: how flat_reduce reads full tiles (flat_form)
   Arena* arena = nullptr;
 };
 
@@ -168,6 +167,35 @@ void launch_main(const LaunchCtx& c, void (*k)(Exp...), int64_t grid, int block,
                     "segment_reduce: launch of the main kernel");
 }
 
+// How flat_reduce reads the full tiles that hold no segment end, from
+// SegmentTestCaps::flat_direct: 0 the default, 1 sessions 1-15's forms (staged;
+// 16-bit lane-contiguous since session 10), 2 lane-contiguous where that form
+// exists (16-bit, float32 sum/mean), 3 coalesced (every forward). The default is
+// 2's forms (session 16's first H200 timing, bench/NOTES.md).
+template <class Fn>
+FlatForm flat_form(int cap) {
+  if (!kFlatFixedWalk<Fn>) return FlatForm::Staged;  // not a forward
+  if (cap == 3) return FlatForm::Coalesced;
+  if (cap == 1) return sizeof(typename Fn::Raw) == 2 ? FlatForm::Lane : FlatForm::Staged;
+  return kFlatLaneForm<Fn> ? FlatForm::Lane : FlatForm::Staged;
+}
+// The flat_reduce instantiation of a form (only the forms Fn has are instantiated).
+template <class Fn, class Idx>
+auto flat_reduce_kernel(FlatForm f) {
+  if constexpr (!kFlatFixedWalk<Fn>) {
+    return flat_reduce<Fn, Idx, FlatForm::Staged>;
+  } else {
+    if (f == FlatForm::Coalesced) return flat_reduce<Fn, Idx, FlatForm::Coalesced>;
+    if constexpr (sizeof(typename Fn::Raw) == 2) {
+      return flat_reduce<Fn, Idx, FlatForm::Lane>;  // 16-bit forwards: lane-contiguous, never staged
+    } else if constexpr (kFlatLaneForm<Fn>) {
+      return f == FlatForm::Lane ? flat_reduce<Fn, Idx, FlatForm::Lane> : flat_reduce<Fn, Idx, FlatForm::Staged>;
+    } else {
+      return flat_reduce<Fn, Idx, FlatForm::Staged>;
+    }
+  }
+}
+
 // Main kernel + fix-up of one reduction pass (forward, or max/min stats).
 template <class Fn, class Idx>
 void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
@@ -181,7 +209,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
   A* carry = c.arena->take<A>(g.workers * c.inner);
   A* head = c.arena->take<A>(g.workers * c.inner);
   if (g.flat) {
-    auto k = flat_reduce<Fn, Idx>;
+    auto k = flat_reduce_kernel<Fn, Idx>(flat_form<Fn>(c.flat_direct));
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_reduce");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
@@ -193,7 +221,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     FuseFix<Idx> fz;
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
     launch_main(c, k, grid, block, spw * (block / 32), fn, x, q, W, Idx(g.positions), tile_i,
-                tile_j, carry, head, fz, c.flat_direct);
+                tile_j, carry, head, fz);
     check_launch("flat_reduce");
     // The variant that ran (the plan's, unless the slots are missing), where the call has the choice.
     record(c.path, grid, block, !c.fixup_choice ? "" : fused ? "fused_fixup" : "fixup_tree");

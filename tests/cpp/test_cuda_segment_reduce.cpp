@@ -418,8 +418,8 @@ TEST_P(CudaSegmentReduce, FusedFixupShortLongAndRuns) {
 }
 
 // Session 15: the main kernel after prepare is a programmatic dependent launch
-// (SegmentTestCaps::pdl = 0, the default every other test runs); pdl = 1 where
-// pdl_pays says so, 2 never. Every main kernel that follows prepare (flat
+// where pdl_pays says so (SegmentTestCaps::pdl = 0, since session 16 the default
+// every other test runs); pdl = 1 always, 2 never. Every main kernel that follows prepare (flat
 // and feature reduce, flat / feature / row elementwise, both max/min
 // backwards), lengths and offsets: the ordinary launch against the reference and
 // the CPU, and every form bitwise equal to it, forward and backward.
@@ -442,15 +442,16 @@ TEST_P(CudaSegmentReduce, DependentLaunchMatchesOrdinary) {
       SCOPED_TRACE(::testing::Message() << "inner " << inner << (use_lengths ? " lengths" : " offsets"));
       for (const char* r : {"sum", "mean", "max", "prod"}) {
         const std::vector<double> x = rounded(t, random_data(rng, L * inner, r, t));
-        caps.pdl = 2;
+        caps.pdl = 2;  // never
         check_cuda(lay, t, r, x, rng);
         const Tensor data = dev(make_tensor(x, lay.shape, t)), meta = dev(lay.meta());
         const Segments seg = dev_segments(lay, meta);
         const Reduce red = parse_reduce(r);
         Tensor out[3], gi[3];
         Tensor g;
+        constexpr int kForms[3] = {2, 0, 1};  // never, the rule, always
         for (int k = 0; k < 3; ++k) {
-          caps.pdl = 2 - k;  // never, the rule, always
+          caps.pdl = kForms[k];
           out[k] = poisoned(lay.out_shape(), t);
           segment_reduce_out(data, red, seg, out[k]);
           if (k == 0) g = dev(make_tensor(mixed_grads(rng, out[0].numel(), t), lay.out_shape(), t));
@@ -458,8 +459,8 @@ TEST_P(CudaSegmentReduce, DependentLaunchMatchesOrdinary) {
           segment_reduce_backward_out(g, out[k], data, red, seg, Tie::Split, gi[k]);
         }
         for (int k = 1; k < 3; ++k) {
-          EXPECT_TRUE(same_bits(host(out[0]), host(out[k]))) << r << " forward: pdl " << 2 - k << " differs";
-          EXPECT_TRUE(same_bits(host(gi[0]), host(gi[k]))) << r << " backward: pdl " << 2 - k << " differs";
+          EXPECT_TRUE(same_bits(host(out[0]), host(out[k]))) << r << " forward: pdl " << kForms[k] << " differs";
+          EXPECT_TRUE(same_bits(host(gi[0]), host(gi[k]))) << r << " backward: pdl " << kForms[k] << " differs";
         }
       }
     }
@@ -576,26 +577,25 @@ TEST_P(CudaSegmentReduce, FlatDirectTilesAtTheTensorEnd) {
 #endif
 }
 
-// Session 16: flat_reduce reads the full tiles without a segment end of 4- and
-// 8-byte data straight into registers (SegmentTestCaps::flat_direct = 0, the
-// default) instead of staging them (1). The lane folds the same positions in
-// the same order, so the two must agree bit for bit, every forward reduce, on
-// tiles at every phase j0 mod 4 (e one-element segments before a long one), a
-// last full tile that ends at the tensor's end or one element before it, and
-// data with NaN, infinities and signed zeros; the direct form also against the
-// reference and the CPU (check_cuda).
-TEST_P(CudaSegmentReduce, FlatDirectWideMatchesStaged) {
+// Session 16: the forms in which flat_reduce reads a full tile that holds no
+// segment end (SegmentTestCaps::flat_direct): 1 sessions 1-15's (staged, 16-bit
+// lane-contiguous), 2 lane-contiguous for float32 sum/mean too, 3 coalesced, 0
+// the default. 1 and 2 fold the same positions in the same order: bit for bit
+// equal. Every form against the reference and the CPU (check_cuda), on tiles at
+// every phase j0 mod 8 (e one-element segments before a long one), a last full
+// tile that ends at the tensor's end or one element before it, data with NaN,
+// infinities and signed zeros, every forward reduce and dtype.
+TEST_P(CudaSegmentReduce, FlatFullTileFormsAgree) {
   SEGRED_NEED_GPU();
 #ifdef SEGRED_WITH_CUDA
   const uint64_t seed = fresh_seed();
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
   const DType t = GetParam();
-  if (dtype_size(t) == 2) GTEST_SKIP() << "16-bit tiles are always direct (FlatDirectTilesAtTheTensorEnd)";
   auto& caps = detail::segment_test_caps();
-  const int64_t tile = 512;
+  const int64_t tile = dtype_size(t) == 2 ? 1024 : 512;
   for (int64_t tail : {0, 1})
-    for (int64_t e = 0; e <= 5; ++e) {
+    for (int64_t e = 0; e <= 8; ++e) {
       std::vector<int64_t> lens(size_t(e), 1);
       lens.push_back(3 * tile + 7 - 2 * e);
       lens.push_back(tile / 2);
@@ -612,17 +612,19 @@ TEST_P(CudaSegmentReduce, FlatDirectWideMatchesStaged) {
           x[size_t(L - 5)] = -std::numeric_limits<double>::infinity();
           x[size_t(L - 9)] = -0.0;
         }
-        caps.flat_direct = 0;
-        check_cuda(lay, t, r, x, rng);
+        for (int form : {0, 3}) {
+          caps.flat_direct = form;
+          check_cuda(lay, t, r, x, rng);
+        }
         const Tensor data = dev(make_tensor(x, lay.shape, t)), meta = dev(lay.meta());
         const Segments seg = dev_segments(lay, meta);
         Tensor out[2];
         for (int k = 0; k < 2; ++k) {
-          caps.flat_direct = k;
+          caps.flat_direct = 1 + k;
           out[k] = poisoned(lay.out_shape(), t);
           segment_reduce_out(data, parse_reduce(r), seg, out[k]);
         }
-        EXPECT_TRUE(same_bits(host(out[0]), host(out[1]))) << r << ": direct and staged tiles differ";
+        EXPECT_TRUE(same_bits(host(out[0]), host(out[1]))) << r << ": lane-contiguous and staged tiles differ";
       }
     }
   caps.flat_direct = 0;
