@@ -276,18 +276,18 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
                   rname, tf, on, off, pl.to_string().c_str());
     }
     if (inner == 1) {  // session 16: flat_reduce's full-tile forms (SegmentTestCaps::flat_direct 1 sessions 1-15,
-                       // 2 lane-contiguous, 3 coalesced), alternated twice in the same process
+                       // 2 coalesced), alternated twice in the same process
       auto& caps = segred::detail::segment_test_caps();
       auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
-      double dm[2][3];
+      double dm[2][2];
       for (int rep = 0; rep < 2; ++rep)
-        for (int k = 0; k < 3; ++k) {
+        for (int k = 0; k < 2; ++k) {
           caps.flat_direct = 1 + k;
           dm[rep][k] = median_ms(fwd, g_reps);
         }
       caps.flat_direct = 0;
       std::printf("DIRECT\t%s\t%s\t%s\t%.5f", c.name.c_str(), std::string(dtype_name(dt)).c_str(), rname, tf);
-      for (int k = 0; k < 3; ++k) std::printf("\t%.5f\t%.5f", dm[0][k], dm[1][k]);
+      for (int k = 0; k < 2; ++k) std::printf("\t%.5f\t%.5f", dm[0][k], dm[1][k]);
       std::printf("\n");
     }
     if (inner > 1) {  // session 13: the plan's merge items per feature worker against 32, same process

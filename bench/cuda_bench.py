@@ -199,20 +199,19 @@ def main():
                       f"{tb:.4f} | {b32:.4f} | {tb / b32:.2f} |\n")
     if direct_rows:
         # Session 16: how flat_reduce reads a full tile without a segment end
-        # (SegmentTestCaps::flat_direct: 1 sessions 1-15, 2 lane-contiguous, 3 coalesced),
-        # each form timed twice, alternated, in one process (bench/cuda_bench.cu).
-        table += ("\nThe inner == 1 forwards with flat_reduce's full tiles (no segment end) read in three forms "
+        # (SegmentTestCaps::flat_direct: 1 sessions 1-15, 2 coalesced), each form timed
+        # twice, alternated, in one process (bench/cuda_bench.cu).
+        table += ("\nThe inner == 1 forwards with flat_reduce's full tiles (no segment end) read in two forms "
                   "(segred only, same process, each twice, alternated; ms): old = sessions 1-15 (4-byte staged "
-                  "through shared memory, 16-bit lane-contiguous), lane = lane l's consecutive positions straight "
-                  "into registers (float32 sum/mean and 16-bit; else staged), coalesced = 16-byte vectors in rounds "
-                  "of 32 lanes; 'table ms' is the row above (the default):\n\n"
-                  "| case | dtype | reduce | table ms | old | old | lane | lane | coalesced | coalesced | "
-                  "lane / old | coalesced / old |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+                  "through shared memory, 16-bit lane l's 32 consecutive positions straight into registers), "
+                  "coalesced = 16-byte vectors in rounds of 32 lanes (the default for 16-bit types); 'table ms' is "
+                  "the row above (the default):\n\n"
+                  "| case | dtype | reduce | table ms | old | old | coalesced | coalesced | coalesced / old |\n"
+                  "|---|---|---|---|---|---|---|---|---|\n")
         for r in direct_rows:
-            v = [float(x) for x in r[3:10]]
-            old, lane, co = v[1] + v[2], v[3] + v[4], v[5] + v[6]
+            v = [float(x) for x in r[3:8]]
             table += (f"| {r[0]} | {r[1]} | {r[2]} | " + " | ".join(f"{x:.4f}" for x in v)
-                      + f" | {lane / old:.2f} | {co / old:.2f} |\n")
+                      + f" | {(v[3] + v[4]) / (v[1] + v[2]):.2f} |\n")
     if prep_rows:
         # Session 15: a call's fixed cost, six forms timed back to back in one process
         # (SegmentTestCaps {prep_spec, pdl}; bench/cuda_bench.cu).

@@ -98,14 +98,11 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // the main kernel after prepare as a programmatic dependent launch on devices of
 // compute capability >= 9 (src/cuda/common.cuh). flat_direct (session 16), how
 // flat_reduce reads a full tile that holds no segment end (flat_form in
-// src/cuda/segment_reduce_impl.cuh): 0 the default, 1 sessions 1-15's forms
-// (4- and 8-byte types staged through shared memory, 16-bit types straight into
-// registers, lane l its 32 consecutive positions), 2 that lane-contiguous read
-// also for float32 sum and mean (bitwise the staged result), 3 coalesced vector
-// loads for every forward and dtype (another combine order). The default is 2's
-// forms: on the H200 (bench/NOTES.md, session 16) float32 sum read
-// lane-contiguously ran 3-5% faster than staged on the long-segment rows, max 5-8%
-// slower, so max, min and prod keep the staging.
+// src/cuda/segment_reduce_impl.cuh): 0 the default (16-bit types with coalesced
+// 16-byte loads, 4- and 8-byte types staged), 1 sessions 1-15's forms (4- and
+// 8-byte types staged through shared memory, 16-bit types straight into
+// registers, lane l its 32 consecutive positions), 2 coalesced for every dtype
+// (timed on the H200: bench/NOTES.md, session 16).
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};

@@ -672,93 +672,57 @@ __device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, con
   }
 }
 
-// Session 16: the same for float32 sum and mean (kFlatDirectWide), which staged
-// every tile through shared memory until then (the per-element staging: one
-// load, one shared store and one shared load per element before the fold). Lane
-// l folds positions j0 + 16 l .. j0 + 16 l + 15 in order, the slots of
-// flat_walk_fixed's plain fold: bitwise the staged path. They start o = j0 mod 4
-// elements into the aligned vector at jb + 16 l (jb = j0 - o): four 16-byte
-// loads, a fifth when o > 0; o is warp-uniform, so position k is element o + k
-// of the loaded ones through a switch over 4 unrolled copies, not a register index.
-// H200, session 16 (bench/NOTES.md; same process, direct / staged): sum 0.95 on
-// 1d_64x1M and 0.97 on 1d_one2^26_1Mx1, but max 1.05 and 1.08, so max, min and
-// prod (and 8-byte types, not timed) keep the staging.
-template <int C, class Fn, class Idx, class Raw, class A, class Ctx, int N>
-__device__ __forceinline__ void flat_fold_elems(const Fn& fn, const Ctx& c, const Raw (&e)[N], Idx jl, A& acc) {
-  static_assert(C + kIpl<Raw> <= N, "the lane's positions lie in the loaded vectors");
-#pragma unroll
-  for (int k = 0; k < kIpl<Raw>; ++k) acc = fn.combine(acc, fn.value(c, jl + Idx(k), e[C + k]));
-}
-template <class Fn>
-constexpr bool kFlatDirectWide = false;
-template <class Idx>
-constexpr bool kFlatDirectWide<FwdFn<float, ops::SumTag, Idx>> = true;
-
-template <class Fn, class Raw, class Idx, class A, class Ctx>
-__device__ __forceinline__ void flat_fold_direct_wide(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
-                                                      Idx nel, int lane, A& acc) {
-  constexpr int VE = kVecE<Raw>, IPL = kIpl<Raw>, NV = IPL / VE + 1;
-  static_assert(sizeof(Raw) == 4 && IPL % VE == 0, "4-byte types: whole vectors per lane");
-  const int o = int(j0 % Idx(VE));
-  const Idx jb = j0 - Idx(o) + Idx(IPL * lane);  // 16-byte aligned (x is)
-  Raw e[NV * VE];
-#pragma unroll
-  for (int r = 0; r < NV; ++r) {
-    Vec<Raw, VE> v{};
-    if (r < NV - 1 || o > 0) {
-      if (jb + Idx(VE * r + VE) <= nel) {
-        v = load_vec<Raw, VE>(x + jb + Idx(VE * r));
-      } else {  // the tensor's last vector: the positions before nel only (the tile's lie there)
-#pragma unroll
-        for (int k = 0; k < VE; ++k)
-          if (jb + Idx(VE * r + k) < nel) v.v[k] = x[jb + Idx(VE * r + k)];
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < VE; ++k) e[VE * r + k] = v.v[k];
-  }
-  const Idx jl = j0 + Idx(IPL * lane);
-  switch (o) {
-    case 0: flat_fold_elems<0, Fn, Idx>(fn, c, e, jl, acc); break;
-    case 1: flat_fold_elems<1, Fn, Idx>(fn, c, e, jl, acc); break;
-    case 2: flat_fold_elems<2, Fn, Idx>(fn, c, e, jl, acc); break;
-    default: flat_fold_elems<3, Fn, Idx>(fn, c, e, jl, acc); break;
-  }
-}
-
 // Session 16: a full tile without a segment end read with coalesced loads: the
 // tile's 16-byte vectors from jb = j0 - o (o = j0 mod VE) in rounds of 32 lanes,
 // lane l taking vector 32 r + l of round r (kTile / (32 VE) rounds: 4 for every
 // dtype), so each load instruction of the warp covers 512 contiguous bytes where
-// the lane-contiguous forms above (lane l's positions 16 l .. 16 l + 15, or 32 for
-// 16-bit) spread a warp's load over the tile's whole 2 KB. The o positions before
+// the lane-contiguous form above (lane l's 32 positions 32 l .. 32 l + 31)
+// spreads a warp's load over the tile's whole 2 KB. The o positions before
 // the tile (lane 0's first vector) are not combined; the o positions at the
 // tile's end past the last round (j0 + kTile - o .. j0 + kTile - 1, always inside
 // the tile, so below nel) are lane 0's, read as scalars. The lanes' partials
 // then meet in a shuffle butterfly, which leaves the tile total in every lane.
-// Deterministic (the order depends only on j0), but not the staged fold's order:
-// a sum's bits differ from the staged and lane-contiguous forms.
+// Deterministic (the order depends only on j0, not on the address: data that is
+// not 16-byte aligned is read in the same order with element loads, `vec`
+// false, so an aligned and a misaligned call give the same bits), but not the
+// staged fold's order: a sum's bits differ from the staged and lane-contiguous forms.
+// H200, session 16 (bench/NOTES.md; same process, against the lane-contiguous
+// form): bf16 sum 0.84 on 1d_64x1M and 0.92 on 1d_one2^26_1Mx1, max 0.94 and 0.97,
+// the rows without full tiles 0.99-1.00. So the 16-bit forwards take it. float32
+// keeps the staging: there the coalesced kernel was 0.95-1.06 of the staged one
+// (the extra path costs the general walk registers: 1d_2Mx32, whose tiles all hold
+// segment ends, 1.05), and a lane-contiguous read 1.06-1.16.
 template <class Fn, class Raw, class Idx, class Ctx, class A = typename Fn::A>
 __device__ __forceinline__ A flat_fold_coalesced(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
-                                                 int lane) {
+                                                 bool vec, int lane) {
   constexpr int VE = kVecE<Raw>, R = kTile<Raw> / (32 * VE);
   static_assert(kTile<Raw> % (32 * VE) == 0, "whole rounds of 32 vectors");
   const int o = int(j0 % Idx(VE));
-  const Idx jb = j0 - Idx(o);  // 16-byte aligned (x is)
-  Vec<Raw, VE> v[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) v[r] = load_vec<Raw, VE>(x + jb + Idx((32 * r + lane) * VE));
-  Raw ex[VE > 1 ? VE - 1 : 1];
+  const Idx jb = j0 - Idx(o);  // >= 0; 16-byte aligned when vec
+  Raw ex[VE > 1 ? VE - 1 : 1];  // lane 0's tail positions, loaded first (always inside the tile)
 #pragma unroll
   for (int e = 0; e < VE - 1; ++e) ex[e] = (lane == 0 && e < o) ? x[jb + Idx(kTile<Raw> + e)] : Raw{};
   A acc = fn.identity();
+  // Position jb + rel of round r, element e (rel = (32 r + lane) VE + e) in that
+  // order; rel < o lies before the tile (lane 0, round 0).
+  auto take = [&](int r, int e, Raw xr) {
+    const int rel = (32 * r + lane) * VE + e;
+    if (r > 0 || rel >= o) acc = fn.combine(acc, fn.value(c, jb + Idx(rel), xr));
+  };
+  if (vec) {
+    Vec<Raw, VE> v[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) v[r] = load_vec<Raw, VE>(x + jb + Idx((32 * r + lane) * VE));
 #pragma unroll
-    for (int e = 0; e < VE; ++e) {
-      const int rel = (32 * r + lane) * VE + e;
-      if (r > 0 || rel >= o) acc = fn.combine(acc, fn.value(c, jb + Idx(rel), v[r].v[e]));
-    }
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < VE; ++e) take(r, e, v[r].v[e]);
+  } else {  // misaligned data: element loads, the same order; a rolled loop keeps the vector path's registers
+#pragma unroll 1
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int e = 0; e < VE; ++e) take(r, e, x[jb + Idx((32 * r + lane) * VE + e)]);
+  }
 #pragma unroll
   for (int e = 0; e < VE - 1; ++e)
     if (lane == 0 && e < o) acc = fn.combine(acc, fn.value(c, jb + Idx(kTile<Raw> + e), ex[e]));
@@ -772,9 +736,9 @@ __device__ __forceinline__ A flat_fold_coalesced(const Fn& fn, const Ctx& c, con
 // depend on the others' code), chosen on the host per call (flat_form in
 // segment_reduce_impl.cuh).
 enum class FlatForm : int { Staged = 0, Lane = 1, Coalesced = 2 };
-// Whether the lane-contiguous form exists for Fn: the 16-bit types, float32 sum/mean.
+// Whether the lane-contiguous form exists for Fn: the 16-bit types.
 template <class Fn>
-constexpr bool kFlatLaneForm = sizeof(typename Fn::Raw) == 2 || kFlatDirectWide<Fn>;
+constexpr bool kFlatLaneForm = sizeof(typename Fn::Raw) == 2;
 
 // ---------------------------------------------------------------- fused fix-up
 // flat_reduce's crossing segments, combined inside flat_reduce itself (session
@@ -918,21 +882,19 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
   static_assert(F == FlatForm::Staged || kFlatFixedWalk<Fn>, "the direct forms are the forwards'");
-  static_assert(F != FlatForm::Lane || kFlatLaneForm<Fn>, "the lane-contiguous form: 16-bit, float32 sum/mean");
+  static_assert(F != FlatForm::Lane || kFlatLaneForm<Fn>, "the lane-contiguous form: 16-bit types");
   if constexpr (F != FlatForm::Staged) {
     const Idx i0 = tile_i[w], j0 = tile_j[w];
-    if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) && aligned16_dev(x)) {  // warp-uniform
+    const bool aligned = aligned16_dev(x);
+    // warp-uniform; the lane-contiguous form needs aligned data, the coalesced one reads either
+    if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>) && (F == FlatForm::Coalesced || aligned)) {
       const FuseOpen<Idx> qo = fuse_open(q, fz, i0);
       A val;
       if constexpr (F == FlatForm::Coalesced) {
-        val = flat_fold_coalesced(fn, fn.ctx(i0, 0), x, j0, lane);
+        val = flat_fold_coalesced(fn, fn.ctx(i0, 0), x, j0, aligned, lane);
       } else {
         A acc = fn.identity();
-        if constexpr (sizeof(Raw) == 2) {
-          flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
-        } else {
-          flat_fold_direct_wide(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
-        }
+        flat_fold_direct(fn, fn.ctx(i0, 0), x, j0, nel, lane, acc);
         val = flat_warp_scan(fn, i0, acc, lane);  // one open segment: the plain scan
       }
       if (fz.pub == nullptr) {

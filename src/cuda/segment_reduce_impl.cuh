@@ -168,16 +168,16 @@ void launch_main(const LaunchCtx& c, void (*k)(Exp...), int64_t grid, int block,
 }
 
 // How flat_reduce reads the full tiles that hold no segment end, from
-// SegmentTestCaps::flat_direct: 0 the default, 1 sessions 1-15's forms (staged;
-// 16-bit lane-contiguous since session 10), 2 lane-contiguous where that form
-// exists (16-bit, float32 sum/mean), 3 coalesced (every forward). The default is
-// 2's forms (session 16's first H200 timing, bench/NOTES.md).
+// SegmentTestCaps::flat_direct: 0 the default (16-bit coalesced, 4- and 8-byte
+// types staged: the H200 timing in flat_fold_coalesced's comment), 1 sessions
+// 1-15's forms (staged; 16-bit lane-contiguous since session 10), 2 coalesced for
+// every dtype.
 template <class Fn>
 FlatForm flat_form(int cap) {
   if (!kFlatFixedWalk<Fn>) return FlatForm::Staged;  // not a forward
-  if (cap == 3) return FlatForm::Coalesced;
-  if (cap == 1) return sizeof(typename Fn::Raw) == 2 ? FlatForm::Lane : FlatForm::Staged;
-  return kFlatLaneForm<Fn> ? FlatForm::Lane : FlatForm::Staged;
+  const bool b16 = sizeof(typename Fn::Raw) == 2;
+  if (cap == 2 || (cap == 0 && b16)) return FlatForm::Coalesced;
+  return b16 ? FlatForm::Lane : FlatForm::Staged;
 }
 // The flat_reduce instantiation of a form (only the forms Fn has are instantiated).
 template <class Fn, class Idx>
@@ -186,10 +186,8 @@ auto flat_reduce_kernel(FlatForm f) {
     return flat_reduce<Fn, Idx, FlatForm::Staged>;
   } else {
     if (f == FlatForm::Coalesced) return flat_reduce<Fn, Idx, FlatForm::Coalesced>;
-    if constexpr (sizeof(typename Fn::Raw) == 2) {
+    if constexpr (kFlatLaneForm<Fn>) {
       return flat_reduce<Fn, Idx, FlatForm::Lane>;  // 16-bit forwards: lane-contiguous, never staged
-    } else if constexpr (kFlatLaneForm<Fn>) {
-      return f == FlatForm::Lane ? flat_reduce<Fn, Idx, FlatForm::Lane> : flat_reduce<Fn, Idx, FlatForm::Staged>;
     } else {
       return flat_reduce<Fn, Idx, FlatForm::Staged>;
     }
