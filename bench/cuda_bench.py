@@ -204,7 +204,7 @@ def main():
         table += ("\nThe inner == 1 forwards with flat_reduce's full tiles (no segment end) read in two forms "
                   "(segred only, same process, each twice, alternated; ms): old = sessions 1-15 (4-byte staged "
                   "through shared memory, 16-bit lane l's 32 consecutive positions straight into registers), "
-                  "coalesced = 16-byte vectors in rounds of 32 lanes (the default for 16-bit types); 'table ms' is "
+                  "coalesced = 16-byte vectors in rounds of 32 lanes (the plan's form for 16-bit types and for float32 sum/mean with a mean segment length >= 4096: flat_form_rule); 'table ms' is "
                   "the row above (the default):\n\n"
                   "| case | dtype | reduce | table ms | old | old | coalesced | coalesced | coalesced / old |\n"
                   "|---|---|---|---|---|---|---|---|---|\n")

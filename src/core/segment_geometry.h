@@ -76,6 +76,8 @@ struct SegmentGeometry {
   int block = kBlock;
   int index_bits = 64;
   bool fused_fixup = false;  // flat forward: fix-up inside flat_reduce (fused_fixup_rule)
+  int flat_form = 0;         // flat forward: how a full tile without a segment end is read
+                             // (flat_form_rule): 0 staged, 1 lane-contiguous, 2 coalesced
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -102,7 +104,8 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // 16-byte loads, 4- and 8-byte types staged), 1 sessions 1-15's forms (4- and
 // 8-byte types staged through shared memory, 16-bit types straight into
 // registers, lane l its 32 consecutive positions), 2 coalesced for every dtype
-// (timed on the H200: bench/NOTES.md, session 16).
+// (timed on the H200: bench/NOTES.md, session 16); since session 17 the plan's
+// SegmentGeometry::flat_form, by flat_form_rule (0 = the rule).
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};
@@ -155,6 +158,30 @@ inline int64_t feat_items_rule(int64_t D, int64_t slabs, int G, int V, int esize
   for (const int64_t items : {int64_t(4) * kFeatItems, int64_t(2) * kFeatItems})
     if (ceil_div(D, items) * slabs * G >= kFeatMinThreads) return items;
   return kFeatItems;
+}
+
+// Session 17: how flat_reduce reads a full tile that holds no segment end
+// (SegmentGeometry::flat_form, the kernel's FlatForm in src/cuda/segment_kernels.cuh):
+// 0 staged through shared memory, 1 lane-contiguous straight into registers (16-bit
+// types only), 2 coalesced 16-byte vectors (each warp load 512 contiguous bytes).
+// Each form is its own instantiation of flat_reduce, and the coalesced one carries a
+// second walk, which costs the general walk (tiles with segment ends) registers.
+// H200, sessions 16-17 (bench/NOTES.md, the DIRECT table; coalesced / staged time):
+// 16-bit sum 0.84-0.90 on long segments, 0.99-1.00 elsewhere, so the 16-bit types
+// read coalesced; float32 sum 0.94-0.95 on 1d_64x1M (all tiles full), 1.00 on the
+// 2^26-beside-1M row (mean length 65), 1.03-1.06 on short segments (1d_2Mx32,
+// 1d_200k_exp40: the walk's registers), float32 max 0.99-1.06. So float32 sum and
+// mean read coalesced where the mean segment length is at least kFlatCoalescedLen
+// (8 float32 tiles: most tiles are full and whole), everything else staged (float64
+// and prod not timed). `cap` (SegmentTestCaps::flat_direct): 0 this rule, 1
+// sessions 1-15's forms (16-bit lane-contiguous, else staged), 2 coalesced for all.
+constexpr int64_t kFlatCoalescedLen = 8 * 512;
+inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t segments, int cap) {
+  if (cap == 2) return 2;
+  if (cap == 1) return esize == 2 ? 1 : 0;
+  if (esize == 2) return 2;
+  const bool sum = reduce == Reduce::Sum || reduce == Reduce::Mean;
+  return esize == 4 && sum && positions / std::max<int64_t>(segments, 1) >= kFlatCoalescedLen ? 2 : 0;
 }
 
 // The calls that have the choice: the inner == 1 forward (flat_reduce).
@@ -217,6 +244,7 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
   if (has_fixup_variant(g, p.direction)) {
     const int force = segment_test_caps().fused_fixup.load();
     g.fused_fixup = force == 1 ? esize != 8 : force == 2 ? false : fused_fixup_rule(g.segs, g.workers, esize);
+    g.flat_form = flat_form_rule(esize, p.reduce, g.positions, outer * S, segment_test_caps().flat_direct.load());
   }
   return g;
 }

@@ -688,10 +688,11 @@ __device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, con
 // staged fold's order: a sum's bits differ from the staged and lane-contiguous forms.
 // H200, session 16 (bench/NOTES.md; same process, against the lane-contiguous
 // form): bf16 sum 0.84 on 1d_64x1M and 0.92 on 1d_one2^26_1Mx1, max 0.94 and 0.97,
-// the rows without full tiles 0.99-1.00. So the 16-bit forwards take it. float32
-// keeps the staging: there the coalesced kernel was 0.95-1.06 of the staged one
-// (the extra path costs the general walk registers: 1d_2Mx32, whose tiles all hold
-// segment ends, 1.05), and a lane-contiguous read 1.06-1.16.
+// the rows without full tiles 0.99-1.00. So the 16-bit forwards take it. For float32
+// the coalesced kernel was 0.95-1.06 of the staged one (the extra path costs the
+// general walk registers: 1d_2Mx32, whose tiles all hold segment ends, 1.05), and a
+// lane-contiguous read 1.06-1.16: float32 sum and mean take it on long segments only
+// (the plan's flat_form_rule, src/core/segment_geometry.h), the rest is staged.
 template <class Fn, class Raw, class Idx, class Ctx, class A = typename Fn::A>
 __device__ __forceinline__ A flat_fold_coalesced(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
                                                  bool vec, int lane) {

@@ -623,7 +623,6 @@ LaunchCtx ctx_of(const detail::SegmentLayout& lay, const detail::SegmentGeometry
   c.fixup_choice = detail::has_fixup_variant(geo, dir);
   const int pdl = detail::segment_test_caps().pdl.load(std::memory_order_relaxed);  // 0 rule, 1 always, 2 never
   c.pdl = pdl == 2 || !pdl_supported() ? 0 : pdl == 1 ? 2 : 1;
-  c.flat_direct = detail::segment_test_caps().flat_direct.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -66,7 +66,6 @@ struct LaunchCtx {
   bool fixup_choice = false;  // the call has the fused / fixup_tree choice (has_fixup_variant)
   int pdl = 0;                // the main kernel after prepare as a programmatic dependent launch:
                               // 0 never, 1 where it pays (pdl_pays), 2 always
-  int flat_direct = 0;        // SegmentTestCaps::flat_direct: how flat_reduce reads full tiles (flat_form)
   Arena* arena = nullptr;
 };
 
@@ -167,17 +166,14 @@ void launch_main(const LaunchCtx& c, void (*k)(Exp...), int64_t grid, int block,
                     "segment_reduce: launch of the main kernel");
 }
 
-// How flat_reduce reads the full tiles that hold no segment end, from
-// SegmentTestCaps::flat_direct: 0 the default (16-bit coalesced, 4- and 8-byte
-// types staged: the H200 timing in flat_fold_coalesced's comment), 1 sessions
-// 1-15's forms (staged; 16-bit lane-contiguous since session 10), 2 coalesced for
-// every dtype.
+// How flat_reduce reads the full tiles that hold no segment end: the plan's
+// form (SegmentGeometry::flat_form, flat_form_rule in src/core/segment_geometry.h)
+// where Fn has it; the passes that are not forwards have the staged form only.
 template <class Fn>
-FlatForm flat_form(int cap) {
+FlatForm flat_form(int planned) {
   if (!kFlatFixedWalk<Fn>) return FlatForm::Staged;  // not a forward
-  const bool b16 = sizeof(typename Fn::Raw) == 2;
-  if (cap == 2 || (cap == 0 && b16)) return FlatForm::Coalesced;
-  return b16 ? FlatForm::Lane : FlatForm::Staged;
+  if (planned == 2) return FlatForm::Coalesced;
+  return kFlatLaneForm<Fn> ? FlatForm::Lane : FlatForm::Staged;
 }
 // The flat_reduce instantiation of a form (only the forms Fn has are instantiated).
 template <class Fn, class Idx>
@@ -207,7 +203,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
   A* carry = c.arena->take<A>(g.workers * c.inner);
   A* head = c.arena->take<A>(g.workers * c.inner);
   if (g.flat) {
-    auto k = flat_reduce_kernel<Fn, Idx>(flat_form<Fn>(c.flat_direct));
+    auto k = flat_reduce_kernel<Fn, Idx>(flat_form<Fn>(g.flat_form));
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_reduce");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);

@@ -114,6 +114,48 @@ TEST(PlanCudaSegmentReduce, FusedFixupVariant) {
   caps.fused_fixup = 0;
 }
 
+// Session 17: how flat_reduce reads a full tile without a segment end
+// (flat_form_rule, src/core/segment_geometry.h): 16-bit types coalesced (2);
+// float32 sum and mean coalesced from a mean segment length of kFlatCoalescedLen
+// = 4096 positions, else staged (0); max, min, prod, float64, the backward and
+// features staged; the override of the tests and the benchmark (flat_direct 1, 2).
+TEST(PlanCudaSegmentReduce, FlatFullTileForm) {
+  auto form = [](int64_t outer, int64_t L, int64_t S, DType t, Reduce r = Reduce::Sum,
+                 Direction d = Direction::Fwd, int64_t inner = 1) {
+    return detail::segment_geometry(cuda_problem(d, outer, L, inner, S, t, r)).flat_form;
+  };
+  const int64_t M = int64_t(1) << 20, K = detail::kFlatCoalescedLen;
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (Reduce r : {Reduce::Sum, Reduce::Max, Reduce::Prod}) {
+      EXPECT_EQ(form(1, 2 * M * 32, 2 * M, t, r), 2);
+      EXPECT_EQ(form(1, 64 * M, 64, t, r), 2);
+    }
+  EXPECT_EQ(form(1, 64 * M, 64, DType::Float32), 2);                    // 1d_64x1M
+  EXPECT_EQ(form(1, 64 * M, 64, DType::Float32, Reduce::Mean), 2);
+  EXPECT_EQ(form(1, (int64_t(1) << 26) + M, M + 1, DType::Float32), 0);  // 2^26 beside 1M of 1: mean 65
+  EXPECT_EQ(form(1, 2 * M * 32, 2 * M, DType::Float32), 0);             // 1d_2Mx32
+  EXPECT_EQ(form(1, 200000 * 40, 200000, DType::Float32), 0);           // 1d_200k_exp40
+  EXPECT_EQ(form(1, 10 * K, 10, DType::Float32), 2);                    // the edge: mean exactly K
+  EXPECT_EQ(form(1, 10 * K - 1, 10, DType::Float32), 0);
+  EXPECT_EQ(form(4, 3 * K, 3, DType::Float32), 2);                      // batched: per row's segments
+  EXPECT_EQ(form(4, 3 * K - 1, 3, DType::Float32), 0);
+  EXPECT_EQ(form(1, 5 * K, 0, DType::Float32), 2);                      // no segment: no division by 0
+  EXPECT_EQ(form(1, int64_t(1) << 33, 2, DType::Float32), 2);           // past 2^32 (i64)
+  for (Reduce r : {Reduce::Max, Reduce::Min, Reduce::Prod}) EXPECT_EQ(form(1, 64 * M, 64, DType::Float32, r), 0);
+  EXPECT_EQ(form(1, 64 * M, 64, DType::Float64), 0);
+  EXPECT_EQ(form(1, 64 * M, 64, DType::Float32, Reduce::Sum, Direction::Bwd), 0);     // backward: staged only
+  EXPECT_EQ(form(1, 64 * M, 64, DType::BFloat16, Reduce::Sum, Direction::Bwd), 0);
+  EXPECT_EQ(form(1, 64 * M, 64, DType::Float32, Reduce::Sum, Direction::Fwd, 4), 0);  // features
+  auto& caps = detail::segment_test_caps();
+  caps.flat_direct = 1;  // sessions 1-15: 16-bit lane-contiguous, else staged
+  EXPECT_EQ(form(1, 64 * M, 64, DType::BFloat16), 1);
+  EXPECT_EQ(form(1, 64 * M, 64, DType::Float32), 0);
+  caps.flat_direct = 2;  // coalesced for all
+  EXPECT_EQ(form(1, 2 * M * 32, 2 * M, DType::Float32, Reduce::Max), 2);
+  EXPECT_EQ(form(1, 64 * M, 64, DType::Float64), 2);
+  caps.flat_direct = 0;
+}
+
 // Session 13: merge items per feature worker (detail::feat_items_rule, Plan::chunk):
 // 128 for wide rows (a worker reads >= 256 bytes of a row) in the calls that keep
 // records (forward, max/min backward) while >= 2^17 threads remain, else 64, else 32;
