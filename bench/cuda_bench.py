@@ -91,7 +91,13 @@ def main():
     a = ap.parse_args()
     torch_prev = {}
     if a.torch_from:
+        seen = False  # the main table only: the later sections' rows share its first four columns
         for ln in open(a.torch_from):
+            if not ln.startswith("|"):
+                if seen:
+                    break
+                continue
+            seen = True
             f = [c.strip() for c in ln.split("|")[1:-1]]
             if len(f) >= 7 and f[0] not in ("case", "---"):
                 try:
