@@ -99,13 +99,8 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // 6-9 us slower on 2d_x16_f4 fp32 sum), 1 always (session 15's default), 2 never:
 // the main kernel after prepare as a programmatic dependent launch on devices of
 // compute capability >= 9 (src/cuda/common.cuh). flat_direct (session 16), how
-// flat_reduce reads a full tile that holds no segment end (flat_form in
-// src/cuda/segment_reduce_impl.cuh): 0 the default (16-bit types with coalesced
-// 16-byte loads, 4- and 8-byte types staged), 1 sessions 1-15's forms (4- and
-// 8-byte types staged through shared memory, 16-bit types straight into
-// registers, lane l its 32 consecutive positions), 2 coalesced for every dtype
-// (timed on the H200: bench/NOTES.md, session 16); since session 17 the plan's
-// SegmentGeometry::flat_form, by flat_form_rule (0 = the rule).
+// flat_reduce reads a full tile that holds no segment end: 0 the plan's rule, 1
+// sessions 1-15's forms, 2 coalesced for every dtype (flat_form_rule below).
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};
