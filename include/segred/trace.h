@@ -44,8 +44,7 @@ struct TraceRecord {
   std::array<int64_t, 3> block{0, 0, 0};  // CUDA launches only
   // The choice inside the path this launch made, where the path has one
   // (Plan::variant: segment_reduce's CUDA flat forward records "fused_fixup" or
-  // "fixup_tree" on its flat_reduce launch, the CUDA lastdim_warp softmax forward
-  // "rows2" when a lane group keeps two rows in flight); empty otherwise.
+  // "fixup_tree" on its flat_reduce launch); empty otherwise.
   std::string variant;
 };
 
