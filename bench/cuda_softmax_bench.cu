@@ -8,9 +8,6 @@
 //   case|<case>|<dtype>|<dir>|<path grid block>|<ms>|<bytes>|<% of copy>
 //   cudnn_status|<available ... | unavailable (reason)>
 //   cudnn|<case>|<dtype>|<dir>|<ms or ->|<% of copy or the cuDNN error>|<max |cuDNN - segred|>
-//   rowsab|<case>|<dtype>|<form>|<round>|<ms>|<% of copy>|<path grid>   (session 18: the
-//     lastdim_warp forward's rows in flight, SoftmaxTestCaps::warp_rows forms 0 (the rule),
-//     1, 2, 3, in two rounds of alternated order, same process and buffers)
 // bench/cuda_softmax_bench.py runs torch on the same cases and joins the tables.
 // Built by tools/gpu-check-softmax with nvcc against libsegred.a (and -ldl).
 #include <cuda_bf16.h>
@@ -26,7 +23,6 @@
 #include "bench/cudnn_softmax.h"
 #include "bench/cuda_bench_common.cuh"
 #include "segred/segred.h"
-#include "src/core/softmax_geometry.h"
 
 using namespace segred;
 
@@ -139,44 +135,6 @@ int main(int argc, char** argv) {
         Tensor scratch = Tensor::empty(c.shape, dt.t, gpu);
         bench_cudnn(dnn, c, dt.name, dt.code, x, y, g, gi, scratch, fb, bb, copy_gbs, reps, dmax);
       }
-    }
-  // Session 18: the lastdim_warp forward with one or two rows in flight per lane
-  // group (detail::softmax_warp_rows_rule), each form timed on the same buffers,
-  // forms alternated over two rounds (forward, then reverse order).
-  const std::vector<Case> rows_cases = {
-      {"[262144, 128] dim -1", {262144, 128}, -1},
-      {"[65536, 512] dim -1", {65536, 512}, -1},
-      {"[2097152, 32] dim -1", {2097152, 32}, -1},
-  };
-  auto& caps = detail::softmax_test_caps();
-  for (const Case& c : rows_cases)
-    for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
-      const int64_t n = numel(c.shape);
-      Tensor x = Tensor::empty(c.shape, dt.t, gpu), y = Tensor::empty(c.shape, dt.t, gpu);
-      init_kernel<<<4096, 256>>>(x.data(), n, dt.code, 17, -4.f, 4.f);
-      CK(cudaGetLastError());
-      const double fb = 2.0 * double(n * dtype_size(dt.t));
-      for (int round = 0; round < 2; ++round)
-        for (int i = 0; i < 4; ++i) {
-          const int form = round == 0 ? i : 3 - i;
-          caps.warp_rows = form;
-          softmax_out(x, c.dim, y);
-          CK(cudaDeviceSynchronize());
-          std::string path;
-          {
-            TraceSession t;
-            softmax_out(x, c.dim, y);
-            CK(cudaDeviceSynchronize());
-            const auto r = t.records();
-            if (r.size() == 1) path = r[0].path + (r[0].variant.empty() ? "" : "." + r[0].variant) + " grid " +
-                                      std::to_string(r[0].grid[0]);
-          }
-          const double ms = median_ms([&] { softmax_out(x, c.dim, y); }, reps);
-          const double pct = 100.0 * (fb / (copy_gbs * 1e9)) / (ms * 1e-3);
-          std::printf("rowsab|%s|%s|%d|%d|%.4f|%.1f|%s\n", c.name, dt.name, form, round, ms, pct, path.c_str());
-          std::fflush(stdout);
-        }
-      caps.warp_rows = 0;
     }
   return 0;
 }

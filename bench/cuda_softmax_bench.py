@@ -169,7 +169,6 @@ def main():
     seg = {}
     dnn = {}  # (case, dtype, dir) -> (ms or None, error text, max |cuDNN - segred|)
     dnn_status = "not run"
-    rowsab = {}  # (case, dtype) -> {form: [(ms, % of copy, path), one per round]}
     seg_copy = None
     for line in open(seg_csv):
         p = line.rstrip("\n").split("|")
@@ -179,8 +178,6 @@ def main():
             seg[(p[1], p[2], p[3])] = (p[4], float(p[5]), float(p[6]), float(p[7]))
         elif p[0] == "cudnn_status":
             dnn_status = p[1]
-        elif p[0] == "rowsab" and len(p) == 8:
-            rowsab.setdefault((p[1], p[2]), {}).setdefault(int(p[3]), []).append((float(p[5]), float(p[6]), p[7]))
         elif p[0] == "cudnn" and len(p) == 7:
             ok = p[4] != "-"
             dnn[(p[1], p[2], p[3])] = (float(p[4]) if ok else None, "" if ok else p[5], p[6])
@@ -226,24 +223,6 @@ def main():
                     dcols = f"{c[0]:.4f} | {cpct:.1f}% | {c[0] / ms:.2f} | {c[2]}"
                 L.append(f"| {name} | {dn} | {d} | {ms:.4f} | {pct:.1f}% | {t:.4f} | {tpct:.1f}% | "
                          f"{t / ms:.2f} | {dcols} | {path} |")
-    if rowsab:
-        L.append("")
-        L.append("## lastdim_warp forward: rows in flight per lane group (session 18, same process)")
-        L.append("")
-        L.append("SoftmaxTestCaps::warp_rows: 0 = the rule (softmax_warp_rows_rule), 1 = one row (sessions 1-17), "
-                 "2 = two rows, 3 = two rows on a grid of at most 8 blocks per SM. softmax forward, same buffers, "
-                 "two rounds (forms 0-3, then 3-0); ms per round, % of copy of the better round.")
-        L.append("")
-        L.append("| case | dtype | form | ms (rounds) | % of copy | / one row | path |")
-        L.append("|---|---|---|---|---|---|---|")
-        for (name, dn), forms in rowsab.items():
-            base = min(m for m, _, _ in forms.get(1, [(float("nan"), 0, "")]))
-            for form in sorted(forms):
-                r = forms[form]
-                best = min(m for m, _, _ in r)
-                pct = max(q for _, q, _ in r)
-                L.append(f"| {name} | {dn} | {form} | {' / '.join(f'{m:.4f}' for m, _, _ in r)} | {pct:.1f}% | "
-                         f"{best / base:.3f} | {r[0][2]} |")
     L.append("")
     L.append("## Boundary: [1, 2, 2^31+1] float16 over dim 1 (and segred's other boundary shapes)")
     L.append("")

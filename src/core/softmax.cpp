@@ -108,7 +108,6 @@ Plan plan_softmax(const SoftmaxProblem& p) {
     plan.grid = {g.grid, 1, 1};
     plan.block = {g.threads(), 1, 1};
     plan.chunk = g.chunks;
-    plan.variant = detail::softmax_variant(g);
     return plan;
   }
 #endif

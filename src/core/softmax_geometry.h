@@ -102,10 +102,6 @@ struct SoftmaxGeometry {
   int ty = 1;         // spatial: threads along D
   int cluster = 1;    // blocks per row (block) or per column tile (spatial)
   int64_t chunks = 1;  // passes over a row: 1 = resident (read once)
-  // lastdim_warp forward (session 18, softmax_warp_rows_rule): rows a lane group
-  // holds loaded at once. 2: the group's next row is loaded before the current one
-  // is reduced and written, so a lane keeps two rows' loads in flight.
-  int rows_in_flight = 1;
   int64_t work = 0;    // rows (warp, block) or column tiles (spatial)
   int64_t grid = 0;    // blocks
   // Spatial, staged (session 5): the block's slice of the column tile lives in
@@ -256,11 +252,6 @@ struct SoftmaxTestCaps {
   // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
   // lastdim_block; false: the resident split they had before).
   std::atomic<bool> long_rows_streamed{true};
-  // Session 18: the lastdim_warp forward's rows in flight per lane group: 0 = the
-  // rule (softmax_warp_rows_rule), 1 = one row (sessions 1-17), 2 = two rows on the
-  // same grid, 3 = two rows on a grid of at most 8 blocks per SM (one wave at
-  // 256 threads: each group loops over more rows, so more of them overlap).
-  std::atomic<int> warp_rows{0};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
@@ -339,25 +330,6 @@ inline SoftmaxGeometry softmax_staged_geometry(int64_t D, int64_t ncols, int es,
   return best;
 }
 
-// Session 18: rows in flight of the lastdim_warp forward. A lane of a 16-bit
-// [262144, 128] forward holds 32 bytes of its row (EV 16 at 16-byte vectors, 8
-// lanes per row) where the float32 one holds 64: half the bytes in flight per SM
-// at the same occupancy, and 76% of copy against float32's 85% (session 14). So a
-// group loads its next row before it reduces and writes the current one (the
-// kernels' WarpRows2 form: the same arithmetic per row, bitwise the same output).
-// The form exists for forwards of 2- and 4-byte types at vector width and the
-// short-row EV (rows <= 512 elements: at the full EV a 16-bit lane already holds
-// 128 bytes, and the second row took ptxas to 128 registers);
-// softmax_warp_rows2_instantiated says which, for the kernels' pick and the tests.
-// The rule takes it where a group's grid-stride loop visits at least two rows
-// (work > the rows the grid covers per step).
-constexpr bool softmax_warp_rows2_instantiated(int es, bool fwd, int vec, int ev) {
-  return fwd && vec > 1 && es <= 4 && ev == softmax_short_elems_per_thread(SoftmaxKernel::Warp, es, fwd, vec);
-}
-constexpr int softmax_warp_rows_rule(int es, bool fwd, int vec, int ev, int64_t work, int64_t rows_per_step) {
-  return softmax_warp_rows2_instantiated(es, fwd, vec, ev) && work > rows_per_step ? 2 : 1;
-}
-
 // `aligned`: every data pointer is 16-byte aligned (the launcher passes false
 // otherwise and the vector width drops to 1).
 inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = true) {
@@ -386,12 +358,6 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
       g.work = p.outer;
       const int64_t rows_per_block = g.tx / g.lanes;
       g.grid = std::clamp<int64_t>(ceil_div(g.work, rows_per_block), 1, sms * 32);
-      const int form = std::clamp(caps.warp_rows.load(), 0, 3);
-      const int rule = softmax_warp_rows_rule(es, fwd, g.vec, g.ev, g.work, g.grid * rows_per_block);
-      if (form == 0 ? rule == 2 : form >= 2 && softmax_warp_rows2_instantiated(es, fwd, g.vec, g.ev)) {
-        g.rows_in_flight = 2;
-        if (form == 3) g.grid = std::min<int64_t>(g.grid, sms * 8);
-      }
       return g;
     }
     g.kernel = SoftmaxKernel::Block;
@@ -552,11 +518,6 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   g.grid = std::min(g.work, max_clusters) * g.cluster;
   return g;
 }
-
-// The geometry's form within its path, recorded in Plan::variant and the trace:
-// "rows2" for the lastdim_warp forward with two rows in flight (session 18), else
-// empty.
-inline std::string_view softmax_variant(const SoftmaxGeometry& g) { return g.rows_in_flight == 2 ? "rows2" : ""; }
 
 inline std::string_view softmax_cuda_path(const SoftmaxProblem& p, const SoftmaxGeometry& g) {
   // [log][bwd][kernel: lastdim_warp, lastdim_block, spatial, spatial_staged][i64]

@@ -113,27 +113,20 @@ const void* contiguous(const char* op, const char* name, const TensorView& t, st
 sm::KernelFn pick(const char* op, const SoftmaxProblem& p, const detail::SoftmaxGeometry& g) {
   const bool f = p.direction == Direction::Fwd, log = p.log, i64 = g.index_bits == 64;
   const detail::SoftmaxKernel k = g.kernel;
-  const int vec = g.vec, ev = g.ev, rows = g.rows_in_flight;
+  const int vec = g.vec, ev = g.ev;
   sm::KernelFn fn = nullptr;
   switch (p.dtype) {
-    case DType::Float32:
-      fn = f ? sm::pick_fwd_f32(log, i64, k, vec, ev, g.staged, rows) : sm::pick_bwd_f32(log, i64, k, vec, ev, g.staged, rows);
-      break;
-    case DType::Float64:
-      fn = f ? sm::pick_fwd_f64(log, i64, k, vec, ev, g.staged, rows) : sm::pick_bwd_f64(log, i64, k, vec, ev, g.staged, rows);
-      break;
-    case DType::Float16:
-      fn = f ? sm::pick_fwd_f16(log, i64, k, vec, ev, g.staged, rows) : sm::pick_bwd_f16(log, i64, k, vec, ev, g.staged, rows);
-      break;
+    case DType::Float32: fn = f ? sm::pick_fwd_f32(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f32(log, i64, k, vec, ev, g.staged); break;
+    case DType::Float64: fn = f ? sm::pick_fwd_f64(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f64(log, i64, k, vec, ev, g.staged); break;
+    case DType::Float16: fn = f ? sm::pick_fwd_f16(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f16(log, i64, k, vec, ev, g.staged); break;
     case DType::BFloat16:
-      fn = f ? sm::pick_fwd_bf16(log, i64, k, vec, ev, g.staged, rows)
-             : sm::pick_bwd_bf16(log, i64, k, vec, ev, g.staged, rows);
+      fn = f ? sm::pick_fwd_bf16(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_bf16(log, i64, k, vec, ev, g.staged);
       break;
     default: throw TypeError("softmax: unsupported dtype on CUDA");
   }
   if (!fn)
     throw DeviceError(detail::cat(op, ": no kernel instantiated for ", detail::softmax_cuda_path(p, g), " with ", ev,
-                                   " elements per thread at vector width ", vec, ", ", rows, " rows in flight (", dtype_name(p.dtype), ")"));
+                                  " elements per thread at vector width ", vec, " (", dtype_name(p.dtype), ")"));
   return fn;
 }
 
@@ -274,8 +267,7 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
     }
     SEGRED_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, args), detail::cat(op, ": kernel launch"));
     SEGRED_CUDA_CHECK(cudaGetLastError(), detail::cat(op, ": kernel launch"));
-    detail::record_launch(detail::softmax_cuda_path(q, g), {g.grid, 1, 1}, {g.threads(), 1, 1},
-                          detail::softmax_variant(g));
+    detail::record_launch(detail::softmax_cuda_path(q, g), {g.grid, 1, 1}, {g.threads(), 1, 1});
     return;
   }
   throw DeviceError(detail::cat(op, ": no viable launch configuration (occupancy reports 0 resident blocks down to "

@@ -298,23 +298,28 @@ struct Raw<T, V, N, true> {
   }
 };
 
-// The resident forward of one row whose data x the caller has loaded
-// (cx.load(0, 0, x, -inf)): one reduction per row, of (max, sum) pairs. Each
-// thread takes exp against its own max mt (per slot), the pairs merge to the row's
-// (M, S), and the write rescales by exp(mt - M): softmax y = e * (exp(mt - M) / S),
-// log_softmax y = (x - M) - log S. The write recomputes e = exp(x - sum_base(mt))
-// from the raw x (bit-identical to keeping it: same input, same dexp) so the
-// registers hold x at 2 bytes per 16-bit element instead of e at 4.
+// A context gives: T, NS (stat slots per thread: 1, or V columns for spatial), EV,
+// Raw, load(which, chunk, raw, pad), store(chunk, f) (writes element k as f(k)),
+// reduce<R, Op>(R (&)[NS]), chunks. Element k belongs to slot k % NS.
 template <bool Log, class A, class Cx>
-__device__ __forceinline__ void fwd_resident(Cx& cx, typename Cx::Raw& x) {
+__device__ __forceinline__ void fwd_body(Cx& cx) {
   constexpr int EV = Cx::EV, NS = Cx::NS;
   using I = typename Cx::Index;
   using T = typename Cx::T;
   const A ninf = ops::neg_inf<A>();
   const A nan = std::numeric_limits<A>::quiet_NaN();
+  const T tninf = st<T>(ninf), tzero = st<T>(A(0));
+  typename Cx::Raw x;
   A kk[NS], rb[NS];
   MS<A> ms[NS];
-  {
+  if (cx.chunks == 1) {
+    // One reduction per row, of (max, sum) pairs: each thread takes exp against
+    // its own max mt (per slot), the pairs merge to the row's (M, S), and the
+    // write rescales by exp(mt - M): softmax y = e * (exp(mt - M) / S), log_softmax
+    // y = (x - M) - log S. The write recomputes e = exp(x - sum_base(mt)) from the
+    // raw x (bit-identical to keeping it: same input, same dexp) so the registers
+    // hold x at 2 bytes per 16-bit element instead of e at 4.
+    cx.load(0, I(0), x, tninf);
     A mt[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) mt[i] = ninf;
@@ -358,26 +363,6 @@ __device__ __forceinline__ void fwd_resident(Cx& cx, typename Cx::Raw& x) {
         return Log ? (xv - rb[k % NS]) - kk[k % NS] : dexp_elem<T>(xv - sb[k % NS]) * kk[k % NS];
       }
     });
-  }
-}
-
-// A context gives: T, NS (stat slots per thread: 1, or V columns for spatial), EV,
-// Raw, load(which, chunk, raw, pad), store(chunk, f) (writes element k as f(k)),
-// reduce<R, Op>(R (&)[NS]), chunks. Element k belongs to slot k % NS.
-template <bool Log, class A, class Cx>
-__device__ __forceinline__ void fwd_body(Cx& cx) {
-  constexpr int EV = Cx::EV, NS = Cx::NS;
-  using I = typename Cx::Index;
-  using T = typename Cx::T;
-  const A ninf = ops::neg_inf<A>();
-  const A nan = std::numeric_limits<A>::quiet_NaN();
-  const T tninf = st<T>(ninf), tzero = st<T>(A(0));
-  typename Cx::Raw x;
-  A kk[NS], rb[NS];
-  MS<A> ms[NS];
-  if (cx.chunks == 1) {
-    cx.load(0, I(0), x, tninf);
-    fwd_resident<Log, A>(cx, x);
     return;
   }
 #pragma unroll
@@ -507,50 +492,10 @@ struct WarpCx {
   }
 };
 
-// Rows2 = true (forward only, SoftmaxGeometry::rows_in_flight 2, session 18): the
-// group loads its next grid-stride row before it reduces and writes the current
-// one, so two rows' loads are in flight per lane (the loads come before the
-// current row's stores in program order, and the pointers may alias, so the
-// compiler keeps them there). The per-row arithmetic is fwd_resident either way:
-// the output is bitwise that of one row at a time.
-template <class T, class I, bool Fwd, bool Log, int V, int EV, bool Rows2 = false>
+template <class T, class I, bool Fwd, bool Log, int V, int EV>
 __global__ void __launch_bounds__(256) warp_kernel(Args args) {
   using A = dacc_t<T>;
   const int lanes = args.lanes;
-  if constexpr (Fwd && Rows2) {
-    using Cx = WarpCx<T, I, V, EV>;
-    const I rows = I(args.outer);
-    const I per_block = I(blockDim.x / lanes);
-    const I group = I(threadIdx.x / lanes);
-    const int lane = int(threadIdx.x % lanes);
-    const int64_t D = args.D;
-    const I step = I(gridDim.x) * per_block;
-    const T tninf = st<T>(ops::neg_inf<A>());
-    auto row_cx = [&](I r0) {
-      const I row = r0 + group;
-      const bool active = row < rows;
-      const int64_t base = active ? int64_t(row) * D : 0;  // row base: 64-bit
-      return Cx{static_cast<const T*>(args.a) + base, nullptr, static_cast<T*>(args.out) + base, I(D), lanes, lane,
-                active};
-    };
-    I r0 = I(blockIdx.x) * per_block;
-    if (r0 >= rows) return;
-    Cx cx = row_cx(r0);
-    typename Cx::Raw x;
-    cx.load(0, I(0), x, tninf);
-    for (;;) {
-      const bool more = r0 < rows - step;  // uniform over the block: r0 is the block's; no overflow
-      Cx nx = row_cx(more ? r0 + step : r0);
-      typename Cx::Raw xn;
-      if (more) nx.load(0, I(0), xn, tninf);
-      fwd_resident<Log, A>(cx, x);
-      if (!more) break;
-      r0 += step;
-      cx = nx;
-      x = xn;
-    }
-    return;
-  }
   const I rows = I(args.outer);
   const I per_block = I(blockDim.x / lanes);
   const I group = I(threadIdx.x / lanes);
@@ -1143,7 +1088,7 @@ KernelFn pick_ev(int ev) {
 // when that combination is not instantiated (the launcher reports an error).
 // Vector widths: detail::softmax_vec_elems (the geometry's, so plan and kernel agree).
 template <class T, class I, bool Fwd, bool Log>
-KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged, int rows_in_flight) {
+KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged) {
   constexpr int V = detail::softmax_vec_elems(detail::SoftmaxKernel::Warp, int(sizeof(T)));
   constexpr int VS = detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, int(sizeof(T)));
   using K = detail::SoftmaxKernel;
@@ -1156,13 +1101,6 @@ KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged, int 
       if constexpr (VW != VS) {
         if (k == K::Spatial && vec == VW) return spatial_staged_kernel<T, I, Fwd, Log, VW>;
       }
-    }
-    return nullptr;
-  }
-  if (rows_in_flight != 1) {  // the lastdim_warp forward's two-row form (detail::softmax_warp_rows2_instantiated)
-    constexpr int EW = kShortEV<T, K::Warp, Fwd, V>;
-    if constexpr (detail::softmax_warp_rows2_instantiated(int(sizeof(T)), Fwd, V, EW)) {
-      if (rows_in_flight == 2 && k == K::Warp && vec == V && ev == EW) return warp_kernel<T, I, Fwd, Log, V, EW, true>;
     }
     return nullptr;
   }
@@ -1186,7 +1124,7 @@ KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged, int 
 
 // Per (direction, dtype) translation units (softmax_{fwd,bwd}_<dtype>.cu).
 #define SEGRED_SOFTMAX_PICK_DECL(dir, tag) \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged, int rows);
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged);
 SEGRED_SOFTMAX_PICK_DECL(fwd, f32)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f64)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f16)
@@ -1198,13 +1136,12 @@ SEGRED_SOFTMAX_PICK_DECL(bwd, bf16)
 #undef SEGRED_SOFTMAX_PICK_DECL
 
 #define SEGRED_SOFTMAX_PICK_DEF(dir, tag, T, FWD)                                                               \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged,        \
-                              int rows) {                                                                      \
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged) {     \
     if (log)                                                                                                   \
-      return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev, staged, rows)                                \
-                 : pick_kernel<T, int32_t, FWD, true>(k, vec, ev, staged, rows);                               \
-    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec, ev, staged, rows)                                 \
-               : pick_kernel<T, int32_t, FWD, false>(k, vec, ev, staged, rows);                                \
+      return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev, staged)                                      \
+                 : pick_kernel<T, int32_t, FWD, true>(k, vec, ev, staged);                                     \
+    return i64 ? pick_kernel<T, int64_t, FWD, false>(k, vec, ev, staged)                                       \
+               : pick_kernel<T, int32_t, FWD, false>(k, vec, ev, staged);                                      \
   }
 
 }  // namespace segred::cuda::sm

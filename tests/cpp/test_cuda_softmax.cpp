@@ -549,81 +549,6 @@ TYPED_TEST(CudaSoftmax, LongRowsStreamedAtDeviceSize) {
   if (sms == 132) EXPECT_EQ(streamed, 2);
 }
 
-// Session 18: the lastdim_warp forward with two rows in flight per lane group
-// (softmax_warp_rows_rule; SoftmaxTestCaps::warp_rows). One SM (a grid of at most
-// 32 blocks) makes every group loop over several rows; row counts of exactly three
-// grid steps, one row more (one group of one block busy in the last step), and a
-// last step half full; D from 8 to 512 (1 to 32 lanes), D = 102 (scalar loads: not
-// the form); make_input's special rows (all -inf, NaN, +inf, every other -inf);
-// softmax and log_softmax; i32 and i64. The default form must be the one the rule
-// says (trace variant "rows2"), match the reference and the CPU backend
-// (run_case), and equal the one-row form (warp_rows 1) and the one-wave grid
-// (warp_rows 3) bit for bit, on the same input.
-TYPED_TEST(CudaSoftmax, WarpForwardTwoRowsInFlight) {
-  SKIP_WITHOUT_GPU();
-  using T = TypeParam;
-  std::mt19937 rng(1801);
-  auto& caps = detail::softmax_test_caps();
-  struct Reset {
-    ~Reset() {
-      auto& c = detail::softmax_test_caps();
-      c.sm_count = 1 << 20;
-      c.warp_rows = 0;
-      detail::softmax_force_index64() = false;
-    }
-  } reset;
-  caps.sm_count = 1;
-  const int es = dtype_size(dtype_of<T>());
-  int two = 0;
-  for (int64_t D : {8, 16, 64, 102, 128, 200, 512}) {
-    caps.warp_rows = 1;
-    const detail::SoftmaxGeometry one =
-        detail::softmax_geometry(make_softmax_problem({1 << 20, D}, -1, dtype_of<T>(), Direction::Fwd, false, Backend::CUDA));
-    caps.warp_rows = 0;
-    if (one.kernel != detail::SoftmaxKernel::Warp) continue;  // float64 at 512: the block kernel
-    const int64_t step = one.grid * (one.tx / one.lanes);  // rows per grid step
-    for (int64_t rows : {3 * step, 3 * step + 1, 2 * step + step / 2 + 3})
-      for (bool log : {false, true})
-        for (bool f64 : {false, true}) {
-          const Geo c{{rows, D}, -1};
-          const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<T>(), Direction::Fwd, log, Backend::CUDA);
-          const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
-          const bool want2 = es <= 4 && g.vec > 1;
-          EXPECT_EQ(g.rows_in_flight, want2 ? 2 : 1) << rows << " x " << D;
-          two += g.rows_in_flight == 2;
-          std::string path;
-          run_case<T>(c, log, Direction::Fwd, f64, rng, &g, &path);
-          // The three forms on one input, bit for bit.
-          const reference::SoftmaxShape rs{rows, D, 1};
-          Tensor xd = to_gpu<T>(rounded<T>(make_input(rs, rng, true)), c.shape);
-          detail::softmax_force_index64() = f64;
-          std::vector<std::vector<unsigned char>> bits;
-          for (int form : {0, 1, 3}) {
-            caps.warp_rows = form;
-            Tensor out = Tensor::empty(c.shape, dtype_of<T>(), kGpu);
-            poison(out);
-            TraceSession trace;
-            if (log) log_softmax_out(xd, -1, out);
-            else softmax_out(xd, -1, out);
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            const auto r = trace.records();
-            ASSERT_EQ(r.size(), 1u);
-            EXPECT_EQ(r[0].variant, (form != 1 && want2) ? "rows2" : "") << "form " << form << " " << r[0].path;
-            EXPECT_EQ(r[0].grid[0], form == 3 && want2 ? std::min<int64_t>(one.grid, 8) : one.grid) << "form " << form;
-            std::vector<unsigned char> b(size_t(rows * D) * size_t(es));
-            ASSERT_EQ(cudaMemcpy(b.data(), out.data(), b.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-            bits.push_back(std::move(b));
-          }
-          caps.warp_rows = 0;
-          detail::softmax_force_index64() = false;
-          EXPECT_TRUE(bits[0] == bits[1]) << rows << " x " << D << (log ? " log" : "") << ": rows2 vs one row";
-          EXPECT_TRUE(bits[2] == bits[1]) << rows << " x " << D << (log ? " log" : "") << ": one-wave grid vs one row";
-        }
-  }
-  if (es <= 4) EXPECT_EQ(two, 6 * 3 * 4);  // every D but 102
-  else EXPECT_EQ(two, 0);
-}
-
 // The shared-memory, cluster and streaming geometries only, float32, i32 and
 // i64: small enough for compute-sanitizer racecheck.
 TEST(CudaSoftmaxSan, SharedMemoryClusterAndStreamingPaths) {
@@ -1070,7 +995,7 @@ struct Expect {
 // One op on one shape: a = x (fwd) or grad (bwd), b = output (bwd).
 void run_huge(const Shape& shape, int64_t dim, bool log, Direction dir, uint8_t fill_a,
               const std::vector<Patch>& pa, uint8_t fill_b, const std::vector<Patch>& pb,
-              const std::vector<Expect>& expect, const std::string& kind, const std::string& variant = "") {
+              const std::vector<Expect>& expect, const std::string& kind) {
   const int64_t n = numel(shape);
   const int64_t bytes = n * 2 * (dir == Direction::Fwd ? 2 : 3);
   std::string msg;
@@ -1096,7 +1021,6 @@ void run_huge(const Shape& shape, int64_t dim, bool log, Direction dir, uint8_t 
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].path, std::string(log ? "log_softmax" : "softmax") + (dir == Direction::Fwd ? ".fwd" : ".bwd") +
                            ".cuda." + kind + ".i64");
-  EXPECT_EQ(r[0].variant, variant) << r[0].path;
   reached().insert(r[0].path);
   for (const Expect& e : expect) {
     const double got = out.at(e.at);
@@ -1245,32 +1169,6 @@ TEST(CudaSoftmaxHuge, RowsOfOne_2p2e9_Fp16_FwdBwdSoftmaxAndLog) {
   // log_softmax backward g - exp(y)*g: y = -65376 inside -> g; row 0 (y 0, g 3) -> 0; last (y 0, g -2) -> 0.
   run_huge(s, -1, true, Direction::Bwd, kOne, {{0, 3.0}, {n - 1, -2.0}}, kBig, {{0, 0.0}, {n - 1, 0.0}},
            {{0, 0.0}, {1, h(kOne)}, {n - 2, h(kOne)}, {n - 1, 0.0}}, "lastdim_warp");
-}
-
-// Session 18: 2^28 + 1 rows of 8 = 2^31 + 8 elements (lastdim_warp forward with two
-// rows in flight, "rows2": one lane per row, one 16-byte vector each; element
-// offsets past 2^31, so i64). Interior rows equal -> 1/8 (log: -ln 8); row 0
-// (0, -65376 x 7) -> (1, 0 x 7); the last row (-65376 x 7, 2) -> (0 x 7, 1).
-// Memory: 2 x 4 GiB.
-TEST(CudaSoftmaxHuge, RowsOfEight_2p28p1_Fp16_FwdTwoRowsInFlight) {
-  SKIP_WITHOUT_GPU();
-  const int64_t rows = (int64_t(1) << 28) + 1, n = 8 * rows;
-  const Shape s{rows, 8};
-  const double big = h(kBig);
-  std::vector<Patch> pa = {{0, 0.0}, {n - 1, 2.0}};
-  for (int k = 1; k < 8; ++k) pa.push_back({k, big});
-  for (int k = 2; k <= 8; ++k) pa.push_back({n - k, big});
-  for (bool log : {false, true}) {
-    const double in = log ? f16(-std::log(8.0)) : 0.125;
-    std::vector<Expect> e;
-    for (int k = 0; k < 8; ++k) {
-      e.push_back({k, k == 0 ? (log ? 0.0 : 1.0) : (log ? f16(big) : 0.0)});
-      e.push_back({8 + k, in});
-      e.push_back({n - 16 + k, in});
-      e.push_back({n - 8 + k, k == 7 ? (log ? 0.0 : 1.0) : (log ? f16(big - 2.0) : 0.0)});
-    }
-    run_huge(s, -1, log, Direction::Fwd, kOne, pa, 0, {}, e, "lastdim_warp", "rows2");
-  }
 }
 
 // 1.1e9 rows of 2 (lastdim_warp, lane groups of one lane holding 2 elements).

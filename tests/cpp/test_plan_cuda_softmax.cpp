@@ -770,70 +770,6 @@ TEST(CudaSoftmaxPlan, ShortRowElementsPerThread) {
     }
 }
 
-// Session 18: the lastdim_warp forward with two rows in flight per lane group
-// (softmax_warp_rows_rule, SoftmaxTestCaps::warp_rows). The rule takes it for 2- and
-// 4-byte forwards at vector width and the short EV when a group's loop visits two
-// rows or more; the plan's variant says so ("rows2"), the grid is the one-row
-// form's (form 3: at most 8 blocks per SM). Never for backwards, float64, scalar
-// loads, rows past 512 (the full EV) or grids that cover every row in one step.
-TEST(CudaSoftmaxPlan, WarpForwardRowsInFlight) {
-  using detail::SoftmaxKernel;
-  auto& caps = detail::softmax_test_caps();
-  struct Reset {
-    ~Reset() { detail::softmax_test_caps().warp_rows = 0; }
-  } reset;
-  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
-    for (Direction dir : {Direction::Fwd, Direction::Bwd})
-      for (bool log : {false, true}) {
-        const int es = dtype_size(dt);
-        const bool fwd = dir == Direction::Fwd;
-        const bool form = fwd && es <= 4;
-        SCOPED_TRACE(std::string(dtype_name(dt)) + (fwd ? " fwd" : " bwd") + (log ? " log" : ""));
-        // The benchmark's [262144, 128] on 132 SMs: grid 4224 x 32 rows, 1.94 rows per group.
-        SoftmaxProblem p = cuda_problem({262144, 128}, -1, dir, log, dt);
-        caps.warp_rows = 1;
-        const auto one = detail::softmax_geometry(p);
-        caps.warp_rows = 0;
-        auto g = detail::softmax_geometry(p);
-        EXPECT_EQ(one.rows_in_flight, 1);
-        EXPECT_EQ(g.kernel, SoftmaxKernel::Warp);
-        EXPECT_EQ(g.rows_in_flight, form ? 2 : 1);
-        EXPECT_EQ(g.grid, one.grid);
-        EXPECT_EQ(g.grid, 132 * 32);
-        EXPECT_EQ(std::string(plan_softmax(p).variant), form ? "rows2" : "");
-        EXPECT_NE(std::string(plan_softmax(p).path).find(".lastdim_warp.i32"), std::string::npos);
-        caps.warp_rows = 2;
-        EXPECT_EQ(detail::softmax_geometry(p).rows_in_flight, form ? 2 : 1);
-        EXPECT_EQ(detail::softmax_geometry(p).grid, one.grid);
-        caps.warp_rows = 3;
-        g = detail::softmax_geometry(p);
-        EXPECT_EQ(g.rows_in_flight, form ? 2 : 1);
-        EXPECT_EQ(g.grid, form ? 132 * 8 : one.grid);
-        caps.warp_rows = 1;
-        EXPECT_EQ(std::string(plan_softmax(p).variant), "");
-        caps.warp_rows = 0;
-        // One step covers every row: 132 x 32 blocks x 32 rows = 135168 rows at D = 128.
-        for (int64_t rows : {int64_t(135168), int64_t(135169)}) {
-          g = detail::softmax_geometry(cuda_problem({rows, 128}, -1, dir, log, dt));
-          EXPECT_EQ(g.rows_in_flight, form && rows > 135168 ? 2 : 1) << rows;
-        }
-        // D = 512 (short EV, 32 lanes) takes it; D = 513 .. 1024 (full EV) and scalar
-        // loads (D odd, or unaligned) do not.
-        for (int64_t D : {16, 512, 520, 1024, 127}) {
-          g = detail::softmax_geometry(cuda_problem({int64_t(1) << 22, D}, -1, dir, log, dt));
-          if (g.kernel != SoftmaxKernel::Warp) continue;
-          const bool short_ev = g.ev == detail::softmax_short_elems_per_thread(SoftmaxKernel::Warp, es, fwd, g.vec);
-          EXPECT_EQ(g.rows_in_flight, form && g.vec > 1 && short_ev ? 2 : 1) << D;
-          if (D == 16 || D == 512) EXPECT_EQ(g.rows_in_flight, form ? 2 : 1) << D;
-          if (D == 127 || D == 1024) EXPECT_EQ(g.rows_in_flight, 1) << D;
-        }
-        EXPECT_EQ(detail::softmax_geometry(cuda_problem({int64_t(1) << 22, 128}, -1, dir, log, dt), false).rows_in_flight, 1);
-        // The small calls of the benchmark cover their rows in one step.
-        EXPECT_EQ(detail::softmax_geometry(cuda_problem({64, 128}, -1, dir, log, dt)).rows_in_flight, 1);
-        EXPECT_EQ(detail::softmax_geometry(cuda_problem({4, 1000}, -1, dir, log, dt)).rows_in_flight, 1);
-      }
-}
-
 // Every geometry the plan can produce has an instantiated kernel: sweeps of row
 // lengths (last dim) and column lengths (spatial) in every dtype and direction,
 // aligned (vector loads) and not (scalar), at the device caps and the launcher's
@@ -854,9 +790,6 @@ TEST(CudaSoftmaxPlan, EveryGeometryHasAnInstantiatedKernel) {
     if (!aligned) ASSERT_EQ(g.vec, 1) << what;
     ASSERT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, fwd, g.vec, g.ev)) << what << " ev " << g.ev;
     ASSERT_EQ(g.ev % g.vec, 0) << what;
-    ASSERT_TRUE(g.rows_in_flight == 1 || (g.rows_in_flight == 2 && g.kernel == SoftmaxKernel::Warp &&
-                                          detail::softmax_warp_rows2_instantiated(es, fwd, g.vec, g.ev)))
-        << what << " rows in flight " << g.rows_in_flight;
     const int64_t D = p.dim_size;
     if (g.kernel == SoftmaxKernel::Warp) ASSERT_GE(int64_t(g.lanes) * g.ev, D) << what;
     else if (g.kernel == SoftmaxKernel::Block) ASSERT_GE(g.chunks * g.cluster * g.threads() * int64_t(g.ev), D) << what;
