@@ -1171,6 +1171,32 @@ TEST(CudaSoftmaxHuge, RowsOfOne_2p2e9_Fp16_FwdBwdSoftmaxAndLog) {
            {{0, 0.0}, {1, h(kOne)}, {n - 2, h(kOne)}, {n - 1, 0.0}}, "lastdim_warp");
 }
 
+// Session 18: 2^28 + 1 rows of 8 = 2^31 + 8 elements (lastdim_warp forward at
+// 16-byte vectors: one lane per row holding one vector; element offsets past 2^31,
+// so i64; the other huge last-dim tests load scalars). Interior rows equal -> 1/8
+// (log: -ln 8); row 0 (0, -65376 x 7) -> (1, 0 x 7); the last row (-65376 x 7, 2)
+// -> (0 x 7, 1). Memory: 2 x 4 GiB.
+TEST(CudaSoftmaxHuge, RowsOfEight_2p28p1_Fp16_FwdSoftmaxAndLog) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = (int64_t(1) << 28) + 1, n = 8 * rows;
+  const Shape s{rows, 8};
+  const double big = h(kBig);
+  std::vector<Patch> pa = {{0, 0.0}, {n - 1, 2.0}};
+  for (int k = 1; k < 8; ++k) pa.push_back({k, big});
+  for (int k = 2; k <= 8; ++k) pa.push_back({n - k, big});
+  for (bool log : {false, true}) {
+    const double in = log ? f16(-std::log(8.0)) : 0.125;
+    std::vector<Expect> e;
+    for (int k = 0; k < 8; ++k) {
+      e.push_back({k, k == 0 ? (log ? 0.0 : 1.0) : (log ? f16(big) : 0.0)});
+      e.push_back({8 + k, in});
+      e.push_back({n - 16 + k, in});
+      e.push_back({n - 8 + k, k == 7 ? (log ? 0.0 : 1.0) : (log ? f16(big - 2.0) : 0.0)});
+    }
+    run_huge(s, -1, log, Direction::Fwd, kOne, pa, 0, {}, e, "lastdim_warp");
+  }
+}
+
 // 1.1e9 rows of 2 (lastdim_warp, lane groups of one lane holding 2 elements).
 // Memory: 3 x 4.1 GiB.
 TEST(CudaSoftmaxHuge, RowsOfTwo_1p1e9_Fp16_FwdBwdSoftmaxAndLog) {
