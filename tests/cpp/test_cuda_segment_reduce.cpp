@@ -580,7 +580,8 @@ TEST_P(CudaSegmentReduce, FlatDirectTilesAtTheTensorEnd) {
 // Session 16: the forms in which flat_reduce reads a full tile that holds no
 // segment end (SegmentTestCaps::flat_direct): 0 the plan's rule (flat_form_rule:
 // 16-bit coalesced, float32 sum/mean coalesced on long segments), 1 sessions
-// 1-15's (staged, 16-bit lane-contiguous), 2 coalesced for every dtype. Every form against the reference and the CPU, run to run (check_cuda),
+// 1-15's (staged, 16-bit lane-contiguous), 2 coalesced for every dtype. Every
+// form against the reference and the CPU, run to run (check_cuda),
 // on tiles at every phase j0 mod 8 (e one-element segments before a long one:
 // lane 0's masked head and its scalar tail in the coalesced read), a last full
 // tile that ends at the tensor's end or one element before it, data with NaN,
