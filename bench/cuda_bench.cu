@@ -56,6 +56,31 @@ double median_ms(const std::function<void(int)>& f, int reps) {
   return double(t[t.size() / 2]);
 }
 
+// Per call, `batch` calls back to back between two events (inputs rotated by the
+// call index as in median_ms), median over `reps` rounds: the kernels' steady-state
+// rate, where a call's host work and launches overlap the previous call's kernels.
+double batch_ms(const std::function<void(int)>& f, int reps, int batch) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f(i);
+  CK(cudaDeviceSynchronize());
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    for (int k = 0; k < batch; ++k) f(i * batch + k);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms / float(batch));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return double(t[t.size() / 2]);
+}
+
 // --graph: the same calls captured into CUDA graphs (one per input buffer) on a
 // stream of their own and timed as graph launches. A call's kernels then follow
 // each other without waiting for the host, so (plain - graph) is the host's
@@ -239,6 +264,23 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
     const double tb = median_ms(
         [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); }, g_reps);
     const double bb = red == Reduce::Sum ? double(nout + n) * es + meta : double(2 * nout + 2 * n) * es + meta;
+    {
+      // Where a call's time goes (session 19): the same call 20 times back to back,
+      // per call, and a device copy of the same bytes (half read, half written)
+      // timed like the table, alone between two events: the floor of the table's
+      // method at this size, launch latency included (bench/cuda_host_cost.cu).
+      const double f20 = batch_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps, 20);
+      const double b20 = batch_ms(
+          [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); }, g_reps, 20);
+      Buf c0(size_t(std::max(bf, bb) / 2) + 16), c1(size_t(std::max(bf, bb) / 2) + 16);
+      CK(cudaMemset(c0.p, 1, size_t(std::max(bf, bb) / 2)));
+      const double cf = median_ms([&](int) { CK(cudaMemcpyAsync(c1.p, c0.p, size_t(bf / 2), cudaMemcpyDeviceToDevice)); }, g_reps);
+      const double cb = median_ms([&](int) { CK(cudaMemcpyAsync(c1.p, c0.p, size_t(bb / 2), cudaMemcpyDeviceToDevice)); }, g_reps);
+      std::printf("FLOOR\t%s\t%s\t%s\tfwd\t%.5f\t%.5f\t%.5f\t%.0f\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
+                  rname, tf, f20, cf, bf);
+      std::printf("FLOOR\t%s\t%s\t%s\tbwd\t%.5f\t%.5f\t%.5f\t%.0f\n", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
+                  rname, tb, b20, cb, bb);
+    }
     // CUB DeviceSegmentedReduce (1-D float32 only: its Sum/Max over float).
     double tc = -1;
     if (inner == 1 && dt == DType::Float32) {

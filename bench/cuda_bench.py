@@ -111,6 +111,7 @@ def main():
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
     copy_gbs, device, rows, len_rows, fuse_rows, feat_rows, prep_rows, direct_rows = None, "?", [], [], [], [], [], []
+    floor_rows = []
     for line in res.stdout.splitlines():
         f = line.split("\t")
         if f[0] == "COPY":
@@ -129,6 +130,8 @@ def main():
             prep_rows.append(f[1:])
         elif f[0] == "DIRECT":
             direct_rows.append(f[1:])
+        elif f[0] == "FLOOR":
+            floor_rows.append(f[1:])
     if copy_gbs is None:
         print("cuda_bench failed", file=sys.stderr)
         return 1
@@ -169,6 +172,21 @@ def main():
     table = (f"Commit {run_commit()}. Device: {device}; copy bandwidth {copy_gbs:.0f} GB/s (cudaMemcpy D2D 1 GiB, read+write; "
              f"torch copy_ {torch_copy:.0f} GB/s); torch {torch.__version__}"
              + (f"; torch ms taken from {a.torch_from} (not re-timed)" if a.torch_from else "") + "\n\n" + hdr + "\n" + "\n".join(lines) + "\n")
+    if floor_rows:
+        # Session 19: each call alone (the table), 20 back to back, and a copy of the
+        # same bytes timed alone (bench/cuda_bench.cu, FLOOR).
+        table += ("\nWhere the time goes (segred only, same process): 'alone' = the row above (events around one "
+                  "call on an idle GPU: host submission and launch latency are in it); 'back to back' = 20 calls "
+                  "between two events, per call (the kernels' steady-state rate); 'copy alone' = cudaMemcpyAsync "
+                  "device-to-device of the same bytes (half read, half written) timed like 'alone': the floor of "
+                  "the table's method at this size. % = of the copy bandwidth above.\n\n"
+                  "| case | dtype | reduce | dir | alone ms | alone % | back to back ms | back to back % | "
+                  "copy alone ms | copy alone % | alone / copy alone |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+        for r in floor_rows:
+            t1, t20, cp, nb = float(r[4]), float(r[5]), float(r[6]), float(r[7])
+            pc = lambda t: 100.0 * (nb / (copy_gbs * 1e9)) / (t * 1e-3)
+            table += (f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {t1:.4f} | {pc(t1):.1f}% | {t20:.4f} | {pc(t20):.1f}% | "
+                      f"{cp:.4f} | {pc(cp):.1f}% | {t1 / cp:.2f} |\n")
     if len_rows:
         # The metadata as device lengths instead of offsets (sum; segred only): the
         # difference is prepare's scan of the lengths (src/cuda/segment_reduce.cu).

@@ -8,6 +8,7 @@
 //   case|<case>|<dtype>|<dir>|<path grid block>|<ms>|<bytes>|<% of copy>
 //   cudnn_status|<available ... | unavailable (reason)>
 //   cudnn|<case>|<dtype>|<dir>|<ms or ->|<% of copy or the cuDNN error>|<max |cuDNN - segred|>
+//   floor|<case>|<dtype>|<dir>|<ms per call, 20 back to back>|<ms of a copy of the same bytes, alone>
 // bench/cuda_softmax_bench.py runs torch on the same cases and joins the tables.
 // Built by tools/gpu-check-softmax with nvcc against libsegred.a (and -ldl).
 #include <cuda_bf16.h>
@@ -130,6 +131,27 @@ int main(int argc, char** argv) {
       const double bpct = 100.0 * (bb / (copy_gbs * 1e9)) / (bms * 1e-3);
       std::printf("case|%s|%s|fwd|%s|%.4f|%.0f|%.1f\n", c.name, dt.name, path_f.c_str(), fms, fb, fpct);
       std::printf("case|%s|%s|bwd|%s|%.4f|%.0f|%.1f\n", c.name, dt.name, path_b.c_str(), bms, bb, bpct);
+      {
+        // Where a call's time goes (session 19): the same call 20 times back to back
+        // between two events, per call (the kernel's steady-state rate: the host's
+        // launch of one call overlaps the previous call's kernel), and a device copy
+        // of the same bytes (half read, half written) timed like the table, alone
+        // between two events: the floor of the table's method at this size, launch
+        // latency included (bench/cuda_host_cost.cu measures that latency).
+        const double f20 = batch_ms([&] { softmax_out(x, c.dim, y); }, reps, 20);
+        const double b20 = batch_ms([&] { softmax_backward_out(g, y, c.dim, gi); }, reps, 20);
+        const size_t half_b = size_t(bb / 2);
+        void *s0 = nullptr, *s1 = nullptr;
+        CK(cudaMalloc(&s0, half_b));
+        CK(cudaMalloc(&s1, half_b));
+        CK(cudaMemset(s0, 1, half_b));
+        const double cf = median_ms([&] { CK(cudaMemcpyAsync(s1, s0, size_t(fb / 2), cudaMemcpyDeviceToDevice)); }, reps);
+        const double cb = median_ms([&] { CK(cudaMemcpyAsync(s1, s0, half_b, cudaMemcpyDeviceToDevice)); }, reps);
+        CK(cudaFree(s0));
+        CK(cudaFree(s1));
+        std::printf("floor|%s|%s|fwd|%.4f|%.4f\n", c.name, dt.name, f20, cf);
+        std::printf("floor|%s|%s|bwd|%.4f|%.4f\n", c.name, dt.name, b20, cb);
+      }
       std::fflush(stdout);
       if (dnn.ok()) {
         Tensor scratch = Tensor::empty(c.shape, dt.t, gpu);

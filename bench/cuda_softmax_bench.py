@@ -170,12 +170,15 @@ def main():
     dnn = {}  # (case, dtype, dir) -> (ms or None, error text, max |cuDNN - segred|)
     dnn_status = "not run"
     seg_copy = None
+    floor = {}  # (case, dtype, dir) -> (ms per call 20 back to back, ms of a same-size copy alone)
     for line in open(seg_csv):
         p = line.rstrip("\n").split("|")
         if p[0] == "copy":
             seg_copy = float(p[1])
         elif p[0] == "case" and len(p) == 8:
             seg[(p[1], p[2], p[3])] = (p[4], float(p[5]), float(p[6]), float(p[7]))
+        elif p[0] == "floor" and len(p) == 6:
+            floor[(p[1], p[2], p[3])] = (float(p[4]), float(p[5]))
         elif p[0] == "cudnn_status":
             dnn_status = p[1]
         elif p[0] == "cudnn" and len(p) == 7:
@@ -223,6 +226,30 @@ def main():
                     dcols = f"{c[0]:.4f} | {cpct:.1f}% | {c[0] / ms:.2f} | {c[2]}"
                 L.append(f"| {name} | {dn} | {d} | {ms:.4f} | {pct:.1f}% | {t:.4f} | {tpct:.1f}% | "
                          f"{t / ms:.2f} | {dcols} | {path} |")
+    if floor:
+        L.append("")
+        L.append("## Where the time goes: the call alone, back to back, and a copy of the same bytes")
+        L.append("")
+        L.append("Same process. 'alone' = the table above (events around one call on an idle GPU: the host's "
+                 "submission and the launch latency are in it); 'back to back' = 20 calls between two events, "
+                 "per call (the kernel's steady-state rate; launches overlap the previous kernel); 'copy alone' "
+                 "= cudaMemcpyAsync device-to-device of the same bytes (half read, half written) timed like "
+                 "'alone': the floor of the table's method at this size. % = of the copy bandwidth above.")
+        L.append("")
+        L.append("| case | dtype | dir | alone ms | alone % | back to back ms | back to back % | copy alone ms | "
+                 "copy alone % | alone / copy alone |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|")
+        for name in CASES:
+            for dn in DT:
+                for d in ("fwd", "bwd"):
+                    s, fl = seg.get((name, dn, d)), floor.get((name, dn, d))
+                    if not s or not fl:
+                        continue
+                    _, ms, by, pct = s
+                    b2b, cp = fl
+                    pc = lambda t: 100.0 * (by / (seg_copy * 1e9)) / (t * 1e-3)
+                    L.append(f"| {name} | {dn} | {d} | {ms:.4f} | {pct:.1f}% | {b2b:.4f} | {pc(b2b):.1f}% | "
+                             f"{cp:.4f} | {pc(cp):.1f}% | {ms / cp:.2f} |")
     L.append("")
     L.append("## Boundary: [1, 2, 2^31+1] float16 over dim 1 (and segred's other boundary shapes)")
     L.append("")
