@@ -253,7 +253,8 @@ TEST_P(SegmentReduceIsa, ShortSegmentGroupsEqualEachSegmentAloneEveryBuild) {
   const uint64_t seed = fresh_seed();
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  std::vector<int64_t> pat = {0, 1, 2, 0, 0, 1, 1, 31, 32, 33, 47, 48, 49, 64, 65};
+  // 96 ... 257: several 4 kVF steps of the AVX-512 masked run (sr_flat_run_masked's pass 2).
+  std::vector<int64_t> pat = {0, 1, 2, 0, 0, 1, 1, 31, 32, 33, 47, 48, 49, 64, 65, 96, 128, 129, 200, 257};
   for (int64_t w : {4, 8, 16})
     for (int64_t d : {-1, 0, 1}) pat.push_back(w + d);
   for (int64_t inner : {1, 2, 4, 8}) {
@@ -340,7 +341,8 @@ TEST_P(SegmentReduceIsa, ShortSegmentGroupsEqualEachSegmentAloneEveryBuild) {
 // start + r, the mean. sr_flat_block forms the vectors of segments of up to 4 kVF with
 // count-masked loads instead of loops (sr_flat_lanes_short), longer ones with the loop:
 // both must give exactly this order (the contract "a function of n alone"). Lengths 0
-// to 72 (both tiers and the loop around 2 kVF and 4 kVF of every build), shuffled, data
+// to 200 (both tiers and the loop around 2 kVF and 4 kVF of every build, and the AVX-512
+// masked run of mixed-tier groups, sr_flat_run_masked, up to several steps), shuffled, data
 // spanning 24-60 binades (so a different order changes the bits), initial none / -0 / 2.5,
 // sum and mean, every build, bit for bit.
 float emulated_flat_sum(const std::vector<float>& x, int64_t b, int64_t n, int kvf) {
@@ -434,7 +436,7 @@ TEST_P(SegmentReduceIsa, UniformAndMixedLengthGroupsEveryBuild) {
   const uint64_t seed = fresh_seed();
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> any_len(0, 72);
+  std::uniform_int_distribution<int64_t> any_len(0, 200);  // past 4 kVF: the masked run's steps
   std::vector<int64_t> lens;
   for (int64_t n : {0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 49, 63, 64, 65, 72}) {
     for (int k = 0; k < 37; ++k) lens.push_back(n);
