@@ -34,31 +34,10 @@ namespace {
 
 int g_reps = 20;
 
-double median_ms(const std::function<void(int)>& f, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 3; ++i) f(i);
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f(i);
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return double(t[t.size() / 2]);
-}
-
-// Per call, `batch` calls back to back between two events (inputs rotated by the
-// call index as in median_ms), median over `reps` rounds: the kernels' steady-state
-// rate, where a call's host work and launches overlap the previous call's kernels.
+// Per call, `batch` calls back to back between two events (call i is f(i): the
+// caller rotates its inputs by i), median over `reps` rounds. batch > 1: the kernels'
+// steady-state rate, where a call's host work and launches overlap the previous
+// call's kernels; batch 1: the call alone (median_ms, the tables' method).
 double batch_ms(const std::function<void(int)>& f, int reps, int batch) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
@@ -80,6 +59,9 @@ double batch_ms(const std::function<void(int)>& f, int reps, int batch) {
   std::sort(t.begin(), t.end());
   return double(t[t.size() / 2]);
 }
+
+// One call between two events, median over `reps` (inputs rotated by the call index).
+double median_ms(const std::function<void(int)>& f, int reps) { return batch_ms(f, reps, 1); }
 
 // --graph: the same calls captured into CUDA graphs (one per input buffer) on a
 // stream of their own and timed as graph launches. A call's kernels then follow
