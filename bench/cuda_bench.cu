@@ -9,6 +9,7 @@
 // data never zeros. segred is called with unsafe = true and device offsets, the
 // no-synchronisation mode a training loop uses; the sum rows are timed again with
 // device lengths (LENGTHS lines: offsets ms, lengths ms, fwd then bwd).
+// Flags: --only SUBSTRING (cases), --dtype float32|bfloat16, --reps N, --dir D, --graph.
 //
 // Build (tools/gpu-check): nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr
 //   -Xcompiler -fopenmp -I include -I . bench/cuda_bench.cu build/libsegred.a
@@ -375,11 +376,12 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
 
 int main(int argc, char** argv) {
   const char* dir = nullptr;
-  std::string only;
+  std::string only, only_dtype;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) only_dtype = argv[++i];  // float32 | bfloat16
     else if (!std::strcmp(argv[i], "--graph")) g_graph = true;
   }
   cudaDeviceProp prop;
@@ -394,7 +396,8 @@ int main(int argc, char** argv) {
   }
   for (const Case& c : cases()) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
-    for (DType dt : {DType::Float32, DType::BFloat16}) run_case(c, dt, dir);
+    for (DType dt : {DType::Float32, DType::BFloat16})
+      if (only_dtype.empty() || only_dtype == dtype_name(dt)) run_case(c, dt, dir);
   }
   return 0;
 }

@@ -294,10 +294,55 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   }
 }
 
+// The split repair of a flat tile's part [jb, je) of one crossing segment, x
+// 16-byte aligned: every tied position gets bf.elem with the segment's total
+// count (c). Session 20: the part is at most one tile (kTile positions: 2 KB of
+// fp32 or 16-bit data), so each lane issues all its 16-byte loads of it (kRepVecs,
+// 4 per lane for a whole fp32 or 16-bit tile) before it tests any: one memory
+// round trip per tile. The scalar loop (one 2- or 4-byte load per lane, 32
+// dependent rounds per 16-bit tile) kept a re-reading warp on the latency of every
+// 64 bytes. The positions and the expression are the scalar loop's: the same gi.
+// The (fewer than VE) positions before the first and after the last whole vector
+// are read one by one, so no load leaves [jb, je).
+template <class T, class Idx, class Ctx, class BF>
+__device__ __forceinline__ void repair_split_flat_vec(const BF& bf, const Ctx& c, const T* __restrict__ x,
+                                                      T* __restrict__ gi, Idx jb, Idx je, int lane) {
+  using A = dacc_t<T>;
+  constexpr int VE = kVecE<T>, kRepVecs = 4;
+  // Split's gradient does not depend on the position: elem of one tied raw value
+  // (y itself, tied by is_extremum, NaN included) is every tied position's, so the
+  // loops store it without the division per position (and no call in the loops).
+  const T tied = bf.elem(c, jb, st<T>(c.y));
+  auto one = [&](Idx j) {
+    if (ops::is_extremum(A(ld(x[j])), c.y)) gi[j] = tied;
+  };
+  const Idx va = (jb + Idx(VE - 1)) / Idx(VE), vb = je / Idx(VE);  // whole vectors [va, vb)
+  if (va >= vb) {
+    for (Idx j = jb + Idx(lane); j < je; j += 32) one(j);
+    return;
+  }
+  if (jb + Idx(lane) < va * Idx(VE)) one(jb + Idx(lane));
+  if (vb * Idx(VE) + Idx(lane) < je) one(vb * Idx(VE) + Idx(lane));
+  for (Idx v0 = va + Idx(lane); v0 < vb; v0 += Idx(32 * kRepVecs)) {
+    Vec<T, VE> r[kRepVecs];
+#pragma unroll
+    for (int u = 0; u < kRepVecs; ++u)
+      if (v0 + Idx(32 * u) < vb) r[u] = load_vec<T, VE>(x + (v0 + Idx(32 * u)) * Idx(VE));
+#pragma unroll
+    for (int u = 0; u < kRepVecs; ++u) {
+      const Idx j0 = (v0 + Idx(32 * u)) * Idx(VE);
+#pragma unroll
+      for (int e = 0; e < VE; ++e)
+        if (v0 + Idx(32 * u) < vb && ops::is_extremum(A(ld(r[u].v[e])), c.y)) gi[j0 + Idx(e)] = tied;
+    }
+  }
+}
+
 // After fixup_tree<StatsFn> (stats[o] = the total of every crossing segment):
 // the tile's crossing segments are corrected where its local record was not the
 // total (see the header comment). inner == 1 (FLAT): one warp per tile, the
-// lanes stride over the re-scanned positions (coalesced); inner > 1: one thread
+// lanes stride over the re-scanned positions (coalesced; 16-byte vectors where x
+// is aligned: repair_split_flat_vec); inner > 1: one thread
 // per (tile, feature), at most kFeatItems rows each, consecutive features in
 // consecutive lanes. Only tied positions are rewritten (every other position of
 // a max/min segment already holds 0). Each tile writes only its own positions.
@@ -314,6 +359,7 @@ __global__ void __launch_bounds__(256) maxmin_repair(StatsFn<T, Idx> sf, BwdFn<T
   const int64_t total = int64_t(W) * int64_t(inner);
   const int64_t first = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / step;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x / step;
+  const bool vec = FLAT && aligned16_dev(x);  // the vector re-read (16-byte loads of x)
   auto fix = [&](Idx t, Idx f, Idx r, Idx jb, Idx je) {
     if (r == sf.identity()) return;  // no tie in this tile's part (ghost segments: always)
     Idx o;
@@ -321,7 +367,9 @@ __global__ void __launch_bounds__(256) maxmin_repair(StatsFn<T, Idx> sf, BwdFn<T
     const Idx R = stats[o * inner + f];
     if (r == R) return;  // the local view was the whole one
     const auto c = maxmin_ctx(bf, t, f, R);
-    if (sf.tie == 0) {
+    if (FLAT && sf.tie == 0 && vec) {
+      repair_split_flat_vec(bf, c, x, gi, jb, je, lane);
+    } else if (sf.tie == 0) {
       for (Idx j = jb + Idx(lane); j < je; j += Idx(step)) {
         const T xv = x[j * inner + f];
         if (ops::is_extremum(A(ld(xv)), c.y)) gi[j * inner + f] = bf.elem(c, j, xv);

@@ -187,6 +187,49 @@ TEST(CudaSegmentReduceMaxBwd, ConstructedTileEdgesFeatures) {
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
 }
 
+// Session 20: the flat split repair reads x with 16-byte vectors where x is
+// aligned (repair_split_flat_vec: whole vectors of the tile's part, the fewer than
+// VE positions before and after them one by one) and element by element where it
+// is not. The constructed row (every repair case: ties in several tiles, all-equal
+// segments, NaN and signed-zero ties) behind e = 0 .. 8 one-element segments, so
+// the parts begin and end at every phase mod 8; each against the CPU and the
+// reference (check_maxbwd), and the same data one element into a buffer (x not
+// aligned: the scalar re-read), whose gradients must have the aligned call's bits.
+TEST(CudaSegmentReduceMaxBwd, RepairVectorAndScalarReadsAgree) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  std::mt19937_64 rng(97);
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64})
+    for (int64_t e = 0; e <= 8; ++e)
+      for (const char* r : {"max", "min"}) {
+        const bool is_max = std::string(r) == "max";
+        Built b = build_row(tile_items(t, 1), is_max, rng);
+        b.lens.insert(b.lens.begin(), size_t(e), 1);
+        b.x.insert(b.x.begin(), size_t(e), 0.25);
+        const int64_t L = int64_t(b.x.size());
+        SCOPED_TRACE(::testing::Message() << dtype_name(t) << " " << r << " e " << e << " L " << L);
+        const Layout lay = from_lengths({L}, 0, {b.lens});
+        check_maxbwd(lay, t, r, b.x, rng);
+        const std::vector<double> x = rounded(t, b.x);
+        const Tensor data = Tensor::copy_to(make_tensor(x, {L}, t), kGpu);
+        std::vector<double> xb(size_t(L + 1), 0.0);
+        std::copy(x.begin(), x.end(), xb.begin() + 1);
+        const Tensor buf = Tensor::copy_to(make_tensor(xb, {L + 1}, t), kGpu);
+        const TensorView mis(static_cast<char*>(buf.data()) + dtype_size(t), t, {L}, {}, kGpu);
+        const Tensor meta = Tensor::copy_to(lay.meta(), kGpu);
+        const Segments seg = segments_of(lay, meta);
+        const Reduce red = parse_reduce(r);
+        const Tensor out = segment_reduce(data, red, seg);
+        const Tensor grad = Tensor::copy_to(make_tensor(mixed_grads(rng, out.numel(), t), lay.out_shape(), t), kGpu);
+        Tensor gi = Tensor::empty(lay.shape, t, kGpu), gi_mis = Tensor::empty(lay.shape, t, kGpu);
+        segment_reduce_backward_out(grad, out, data, red, seg, Tie::Split, gi);
+        segment_reduce_backward_out(grad, out, mis, red, seg, Tie::Split, gi_mis);
+        EXPECT_TRUE(same_bits(Tensor::copy_to(gi, DeviceRef{}), Tensor::copy_to(gi_mis, DeviceRef{})))
+            << "misaligned x (scalar re-read) differs from aligned x (vector re-read)";
+      }
+#endif
+}
+
 // Low-cardinality random data (values in {0, 1, 2}, some NaN, both zeros): ties
 // everywhere, at every offset from the tile and lane edges; lengths around the
 // tile sizes and batched rows (outer > 1).
