@@ -9,8 +9,6 @@
 //   cudnn_status|<available ... | unavailable (reason)>
 //   cudnn|<case>|<dtype>|<dir>|<ms or ->|<% of copy or the cuDNN error>|<max |cuDNN - segred|>
 //   floor|<case>|<dtype>|<dir>|<ms per call, 20 back to back>|<ms of a copy of the same bytes, alone>
-//   evab|<case>|<dtype>|<full EV geometry>|<short EV geometry>|<full: alone ms>|<short: alone ms>|
-//        <full: 20 back to back, ms per call>|<short: the same>   (block forwards only, session 20)
 // bench/cuda_softmax_bench.py runs torch on the same cases and joins the tables.
 // Built by tools/gpu-check-softmax with nvcc against libsegred.a (and -ldl).
 #include <cuda_bf16.h>
@@ -26,7 +24,6 @@
 #include "bench/cudnn_softmax.h"
 #include "bench/cuda_bench_common.cuh"
 #include "segred/segred.h"
-#include "src/core/softmax_geometry.h"
 
 using namespace segred;
 
@@ -154,34 +151,6 @@ int main(int argc, char** argv) {
         CK(cudaFree(s1));
         std::printf("floor|%s|%s|fwd|%.4f|%.4f\n", c.name, dt.name, f20, cf);
         std::printf("floor|%s|%s|bwd|%.4f|%.4f\n", c.name, dt.name, b20, cb);
-      }
-      {
-        // Session 20: the last-dim block forward at the short EV (16 data registers per
-        // thread, the backward's) against the rule's full EV, same process, alternated
-        // (full, short, full, short; the minimum of the two of each), where the two differ.
-        auto& caps = detail::softmax_test_caps();
-        const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dt.t, Direction::Fwd, false, Backend::CUDA);
-        caps.block_fwd_ev = 1;
-        const detail::SoftmaxGeometry gs = detail::softmax_geometry(p);
-        caps.block_fwd_ev = 0;
-        const detail::SoftmaxGeometry gf = detail::softmax_geometry(p);
-        if (gf.kernel == detail::SoftmaxKernel::Block && gs.ev != gf.ev) {
-          double a[2] = {1e30, 1e30}, b[2] = {1e30, 1e30};
-          for (int round = 0; round < 2; ++round)
-            for (int ev = 0; ev < 2; ++ev) {
-              caps.block_fwd_ev = ev;
-              a[ev] = std::min(a[ev], median_ms([&] { softmax_out(x, c.dim, y); }, reps));
-              b[ev] = std::min(b[ev], batch_ms([&] { softmax_out(x, c.dim, y); }, reps, 20));
-            }
-          caps.block_fwd_ev = 0;
-          auto geo = [](const detail::SoftmaxGeometry& g) {
-            return "EV " + std::to_string(g.ev) + " tx " + std::to_string(g.tx) + " cluster " +
-                   std::to_string(g.cluster) + " chunks " + std::to_string(g.chunks) + " grid " +
-                   std::to_string(g.grid);
-          };
-          std::printf("evab|%s|%s|%s|%s|%.4f|%.4f|%.4f|%.4f\n", c.name, dt.name, geo(gf).c_str(), geo(gs).c_str(), a[0],
-                      a[1], b[0], b[1]);
-        }
       }
       std::fflush(stdout);
       if (dnn.ok()) {

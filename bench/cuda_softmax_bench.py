@@ -171,7 +171,6 @@ def main():
     dnn_status = "not run"
     seg_copy = None
     floor = {}  # (case, dtype, dir) -> (ms per call 20 back to back, ms of a same-size copy alone)
-    evab = []  # (case, dtype, full geometry, short geometry, full alone, short alone, full b2b, short b2b)
     for line in open(seg_csv):
         p = line.rstrip("\n").split("|")
         if p[0] == "copy":
@@ -180,8 +179,6 @@ def main():
             seg[(p[1], p[2], p[3])] = (p[4], float(p[5]), float(p[6]), float(p[7]))
         elif p[0] == "floor" and len(p) == 6:
             floor[(p[1], p[2], p[3])] = (float(p[4]), float(p[5]))
-        elif p[0] == "evab" and len(p) == 9:
-            evab.append((p[1], p[2], p[3], p[4]) + tuple(float(v) for v in p[5:9]))
         elif p[0] == "cudnn_status":
             dnn_status = p[1]
         elif p[0] == "cudnn" and len(p) == 7:
@@ -253,23 +250,6 @@ def main():
                     pc = lambda t: 100.0 * (by / (seg_copy * 1e9)) / (t * 1e-3)
                     L.append(f"| {name} | {dn} | {d} | {ms:.4f} | {pct:.1f}% | {b2b:.4f} | {pc(b2b):.1f}% | "
                              f"{cp:.4f} | {pc(cp):.1f}% | {ms / cp:.2f} |")
-    if evab:
-        L.append("")
-        L.append("## Block forward: the full EV (the rule) against the short EV (session 20)")
-        L.append("")
-        L.append("Same process, alternated twice, the minimum of each: the last-dim block forward at the rule's "
-                 "EV (32 data registers per thread) and at the short EV (16, the backward's: "
-                 "SoftmaxTestCaps::block_fwd_ev = 1). % = of the copy bandwidth above; bytes 2 x tensor.")
-        L.append("")
-        L.append("| case | dtype | full EV geometry | short EV geometry | full alone ms | short alone ms | "
-                 "short/full alone | full b2b % | short b2b % | short/full b2b |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|")
-        for (name, dn, gf, gs, fa, sa, fb2, sb2) in evab:
-            s = seg.get((name, dn, "fwd"))
-            by = s[2] if s else 0.0
-            pc = lambda t: 100.0 * (by / (seg_copy * 1e9)) / (t * 1e-3)
-            L.append(f"| {name} | {dn} | {gf} | {gs} | {fa:.4f} | {sa:.4f} | {sa / fa:.3f} | {pc(fb2):.1f}% | "
-                     f"{pc(sb2):.1f}% | {sb2 / fb2:.3f} |")
     L.append("")
     L.append("## Boundary: [1, 2, 2^31+1] float16 over dim 1 (and segred's other boundary shapes)")
     L.append("")

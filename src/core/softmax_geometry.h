@@ -153,15 +153,11 @@ constexpr int softmax_elems_per_thread(SoftmaxKernel k, int es, bool fwd, int ve
 //     the full E is 8 (scalar loads: 16), so a D = 4 column ([8, 4, 2^24]) left half
 //     of each thread's row slots empty, and the padding costs the same exps, maxes
 //     and converts as data: 16-bit fwd 64 -> 55%, bwd 100 -> 84%.
-//   lastdim_block: the full EV (the forward's half EV only under
-//     SoftmaxTestCaps::block_fwd_ev, session 20's A/B).
+//   lastdim_block: the full EV only.
 constexpr int softmax_short_elems_per_thread(SoftmaxKernel k, int es, bool fwd, int vec) {
   const int full = softmax_elems_per_thread(k, es, fwd, vec);
   if (k == SoftmaxKernel::Warp) return full < 16 ? full : 16;
   if (k == SoftmaxKernel::Spatial) return full < 4 * vec ? full : 4 * vec;
-  // Session 20: the block forward at the backward's 16 data registers (half the
-  // full EV; vector loads, 2- and 4-byte types), for SoftmaxTestCaps::block_fwd_ev.
-  if (fwd && vec > 1 && es < 8) return full / 2;
   return full;
 }
 
@@ -256,10 +252,6 @@ struct SoftmaxTestCaps {
   // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
   // lastdim_block; false: the resident split they had before).
   std::atomic<bool> long_rows_streamed{true};
-  // Session 20: the last-dim block forward's EV: 0 = the rule (the full EV, 32 data
-  // registers per thread), 1 = the short EV (16 data registers, the backward's:
-  // twice the threads or cluster ranks per row, half the bytes in flight per thread).
-  std::atomic<int> block_fwd_ev{0};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
@@ -369,8 +361,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
       return g;
     }
     g.kernel = SoftmaxKernel::Block;
-    g.ev = caps.block_fwd_ev.load() == 1 ? softmax_short_elems_per_thread(SoftmaxKernel::Block, es, fwd, g.vec)
-                                         : softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, g.vec);
+    g.ev = softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, g.vec);
     const int64_t per = g.ev;  // elements per thread
     g.work = p.outer;
     const int64_t need = ceil_div(D, per);  // threads that hold the whole row

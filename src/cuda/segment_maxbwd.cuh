@@ -14,12 +14,15 @@
 //       tile's edges the statistic is the tile's local view; the tile leaves it as
 //       fixup_tree's carry/head records (the layout of the StatsFn pass) and,
 //       for a segment longer than kShortFix tiles, a copy of the carry
-//       (fixup_tree's phase 2 combines long segments' carries in place).
+//       (fixup_tree's phase 2 combines long segments' carries in place). A full
+//       flat tile without a segment end is not staged (flat_maxmin_full_tile,
+//       session 20): read straight from x, as the forwards' full tiles are.
 //   fixup_tree<StatsFn>  unchanged: the exact total of every crossing segment
 //       into stats[o] (crossing segments only; nothing else reads stats).
-//   maxmin_repair  one thread per (tile, feature): for the tile's crossing
-//       segments, where the local record differs from the total (and the tile has
-//       ties): split: rewrite the tile's part of the segment with g / k_total;
+//   flat_maxmin_repair / feat_maxmin_repair  per (tile, feature) (flat: a warp
+//       per 32 tiles, session 20): for the tile's crossing segments, where the
+//       local record differs from the total (and the tile has ties): split:
+//       rewrite the tile's part of the segment with g / k_total;
 //       first/last: rewrite the one position the tile wrote g to (its local
 //       first/last tied position), which is not the winner: 0. With random data a
 //       crossing segment's ties lie in one tile, whose local record equals the
@@ -58,6 +61,61 @@ __device__ __forceinline__ bool keep_carry(const Idx* q, Idx t, Idx items, Idx U
   return t < U && first_carry_tile(q, Idx(t + 1), items) - first_carry_tile(q, t, items) > kShortFix;
 }
 
+// A full flat tile without a segment end (kTile positions of one segment, which
+// crosses both tile edges), session 20: the statistic is the tile's own total,
+// folded straight from x with flat_fold_coalesced (the forwards' full-tile read:
+// 16-byte loads spread over the tile), left as the tile's carry, and every
+// position's gradient written from x again (the same lanes' vectors, now in L1),
+// 16-byte stores where x and gi are both aligned. No staging, no walks: the same
+// statistic (an exact integer combine) and the same elem per position as the
+// staged path, so the same bits. Positions of the first vector that lie before the
+// tile (o = j0 mod VE of them) belong to the previous tile and are not written;
+// the o positions at the tile's end past the last round are lane 0's scalars.
+template <class T, class Idx>
+__device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf,
+                                                      const T* __restrict__ x, T* __restrict__ gi, Idx w, Idx i0,
+                                                      Idx j0, const Idx* __restrict__ q, Idx* __restrict__ carry,
+                                                      Idx* __restrict__ carry_keep, Idx titems, Idx U, int lane) {
+  constexpr int VE = kVecE<T>, R = kTile<T> / (32 * VE);
+  const bool vx = aligned16_dev(x);
+  const Idx stat = flat_fold_coalesced(sf, sf.ctx(i0, 0), x, j0, vx, lane);
+  if (lane == 31) {
+    carry[w] = stat;  // the segment open at the tile's end
+    if (keep_carry(q, i0, titems, U)) carry_keep[w] = stat;
+  }
+  const auto c = maxmin_ctx(bf, i0, Idx(0), stat);
+  const int o = int(j0 % Idx(VE));
+  const Idx jb = j0 - Idx(o);
+  if (vx && aligned16_dev(gi)) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int rel = (32 * r + lane) * VE;
+      const Vec<T, VE> v = load_vec<T, VE>(x + jb + Idx(rel));
+      Vec<T, VE> out;
+#pragma unroll
+      for (int e = 0; e < VE; ++e) out.v[e] = bf.elem(c, jb + Idx(rel + e), v.v[e]);
+      if (rel >= o) {
+        *reinterpret_cast<Vec<T, VE>*>(gi + jb + Idx(rel)) = out;
+      } else {  // lane 0, round 0: the positions from o on are the tile's
+#pragma unroll
+        for (int e = 0; e < VE; ++e)
+          if (e >= o) gi[jb + Idx(e)] = out.v[e];
+      }
+    }
+    if (lane == 0)
+      for (int e = 0; e < o; ++e) {
+        const Idx j = jb + Idx(kTile<T> + e);
+        gi[j] = bf.elem(c, j, x[j]);
+      }
+  } else {  // misaligned x or gi: element loads and stores, the positions of the tile
+#pragma unroll 4
+    for (int k = lane; k < kTile<T>; k += 32) {
+      const Idx j = j0 + Idx(k);
+      gi[j] = bf.elem(c, j, x[j]);
+    }
+  }
+}
+
 // inner == 1: flat_reduce's walk with StatsFn (lane partials, warp segmented
 // scan), then the per-segment tile totals are handed to every lane that holds a
 // part of the segment, then flat_elementwise's walk and write-back.
@@ -70,8 +128,12 @@ __device__ __forceinline__ bool keep_carry(const Idx* q, Idx t, Idx items, Idx U
 //     tile's carry: the segment crosses the tile's end).
 //   Segments between (wholly inside the lane): counted again from shared memory
 //     in the write walk.
+// 16-bit, 32-bit indices: 6 blocks of 256 per SM, what the staged tile's shared
+// memory allows (40 registers; the full-tile path alone would take 48: 5 blocks).
 template <class T, class Idx>
-__global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+constexpr int kFlatMaxminMinBlocks = sizeof(Idx) == 4 && sizeof(T) == 2 ? 6 : 1;
+template <class T, class Idx>
+__global__ void __launch_bounds__(256, kFlatMaxminMinBlocks<T, Idx>) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx nel,
                                                        const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                        Idx* __restrict__ carry, Idx* __restrict__ carry_keep,
@@ -83,6 +145,13 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;  // whole warps only
+  {
+    const Idx i0 = tile_i[w], j0 = tile_j[w];
+    if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>)) {  // warp-uniform
+      flat_maxmin_full_tile(sf, bf, x, gi, w, i0, j0, q, carry, carry_keep, titems, U, lane);
+      return;
+    }
+  }
   const bool vec = kFlatVec<Raw> && aligned16_dev(gi) && aligned16_dev(x);
   const auto t = flat_stage<Raw, Idx>(x, true, vec, nel, q, tile_i, tile_j, w,
                                       smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
@@ -294,6 +363,14 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   }
 }
 
+// Split's gradient does not depend on the position: elem of one tied raw value
+// (y itself, tied by is_extremum, NaN included) is every tied position's, so the
+// repair loops store it without the division per position (and no call in them).
+template <class T, class Idx>
+__device__ __forceinline__ T split_tied_value(const BwdFn<T, Idx>& bf, const typename BwdFn<T, Idx>::Ctx& c) {
+  return bf.elem(c, Idx(0), st<T>(c.y));
+}
+
 // The split repair of a flat tile's part [jb, je) of one crossing segment, x
 // 16-byte aligned: every tied position gets bf.elem with the segment's total
 // count (c). Session 20: the part is at most one tile (kTile positions: 2 KB of
@@ -309,10 +386,7 @@ __device__ __forceinline__ void repair_split_flat_vec(const BF& bf, const Ctx& c
                                                       T* __restrict__ gi, Idx jb, Idx je, int lane) {
   using A = dacc_t<T>;
   constexpr int VE = kVecE<T>, kRepVecs = 4;
-  // Split's gradient does not depend on the position: elem of one tied raw value
-  // (y itself, tied by is_extremum, NaN included) is every tied position's, so the
-  // loops store it without the division per position (and no call in the loops).
-  const T tied = bf.elem(c, jb, st<T>(c.y));
+  const T tied = split_tied_value(bf, c);
   auto one = [&](Idx j) {
     if (ops::is_extremum(A(ld(x[j])), c.y)) gi[j] = tied;
   };
@@ -340,53 +414,154 @@ __device__ __forceinline__ void repair_split_flat_vec(const BF& bf, const Ctx& c
 
 // After fixup_tree<StatsFn> (stats[o] = the total of every crossing segment):
 // the tile's crossing segments are corrected where its local record was not the
-// total (see the header comment). inner == 1 (FLAT): one warp per tile, the
-// lanes stride over the re-scanned positions (coalesced; 16-byte vectors where x
-// is aligned: repair_split_flat_vec); inner > 1: one thread
-// per (tile, feature), at most kFeatItems rows each, consecutive features in
-// consecutive lanes. Only tied positions are rewritten (every other position of
-// a max/min segment already holds 0). Each tile writes only its own positions.
-template <bool FLAT, class T, class Idx>
-__global__ void __launch_bounds__(256) maxmin_repair(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
-                                                     T* __restrict__ gi, const Idx* __restrict__ q,
-                                                     const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
-                                                     Idx W, Idx U, Idx inner, Idx titems, const Idx* __restrict__ carry,
-                                                     const Idx* __restrict__ carry_keep,
-                                                     const Idx* __restrict__ head, const Idx* __restrict__ stats) {
+// total (see the header comment). Only tied positions are rewritten (every other
+// position of a max/min segment already holds 0). Each tile writes only its own
+// positions. The job of one crossing record: its segment t, the record r, the
+// tile's part [jb, je) of t, and t's gradient context with the total (c.stat).
+template <class T, class Idx>
+struct RepairJob {
+  Idx t, r, jb, je;
+  typename BwdFn<T, Idx>::Ctx c;
+};
+
+// Whether record r of segment t needs a fix, and then its context: r is a tie
+// record (not the identity: a part without a tie, or a ghost segment, never
+// does) of a real segment whose total differs from it.
+template <class T, class Idx>
+__device__ __forceinline__ bool repair_needed(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf,
+                                              const Idx* __restrict__ stats, Idx inner, Idx f, RepairJob<T, Idx>& j) {
+  if (j.r == sf.identity()) return false;
+  Idx o;
+  if (!bf.map.real(j.t, o)) return false;
+  const Idx R = stats[o * inner + f];
+  if (j.r == R) return false;  // the local view was the whole one
+  j.c = maxmin_ctx(bf, j.t, f, R);
+  return true;
+}
+
+// The (at most two) crossing records of tile w, feature f: the segment that began
+// in an earlier tile and ends in w (the head record), and the one open at w's end
+// (the carry; kept apart for segments > kShortFix tiles, whose carries fixup_tree
+// overwrites).
+template <class Idx>
+struct TileRecords {
+  bool has_head, has_carry;
+  Idx head_t, head_jb, head_je, carry_t, carry_jb, carry_je;
+};
+template <class Idx>
+__device__ __forceinline__ TileRecords<Idx> tile_records(const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                                         const Idx* __restrict__ tile_j, Idx w, Idx U) {
+  TileRecords<Idx> r{};
+  const Idx i0 = tile_i[w], i1 = tile_i[w + 1], j0 = tile_j[w], j1 = tile_j[w + 1];
+  r.has_head = i1 > i0 && q[i0] < j0;
+  if (r.has_head) {
+    r.head_t = i0;
+    r.head_jb = j0;
+    r.head_je = q[i0 + 1];
+  }
+  r.has_carry = i1 < U;
+  if (r.has_carry) {
+    const Idx b = q[i1];
+    r.carry_t = i1;
+    r.carry_jb = b > j0 ? b : j0;
+    r.carry_je = j1;
+  }
+  return r;
+}
+
+// inner > 1: one thread per (tile, feature), at most kFeatItems rows each,
+// consecutive features in consecutive lanes.
+template <class T, class Idx>
+__global__ void __launch_bounds__(256) feat_maxmin_repair(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+                                                          T* __restrict__ gi, const Idx* __restrict__ q,
+                                                          const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
+                                                          Idx W, Idx U, Idx inner, Idx titems,
+                                                          const Idx* __restrict__ carry,
+                                                          const Idx* __restrict__ carry_keep,
+                                                          const Idx* __restrict__ head, const Idx* __restrict__ stats) {
   using A = dacc_t<T>;
-  const int lane = FLAT ? int(threadIdx.x & 31) : 0;
-  const int step = FLAT ? 32 : 1;
   const int64_t total = int64_t(W) * int64_t(inner);
-  const int64_t first = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / step;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x / step;
-  const bool vec = FLAT && aligned16_dev(x);  // the vector re-read (16-byte loads of x)
-  auto fix = [&](Idx t, Idx f, Idx r, Idx jb, Idx je) {
-    if (r == sf.identity()) return;  // no tie in this tile's part (ghost segments: always)
-    Idx o;
-    if (!bf.map.real(t, o)) return;
-    const Idx R = stats[o * inner + f];
-    if (r == R) return;  // the local view was the whole one
-    const auto c = maxmin_ctx(bf, t, f, R);
-    if (FLAT && sf.tie == 0 && vec) {
-      repair_split_flat_vec(bf, c, x, gi, jb, je, lane);
-    } else if (sf.tie == 0) {
-      for (Idx j = jb + Idx(lane); j < je; j += Idx(step)) {
-        const T xv = x[j * inner + f];
-        if (ops::is_extremum(A(ld(xv)), c.y)) gi[j * inner + f] = bf.elem(c, j, xv);
-      }
-    } else if (lane == 0) {
-      gi[r * inner + f] = bf.elem(c, r, x[r * inner + f]);  // tied, not the winner: 0
+  auto fix = [&](Idx f, RepairJob<T, Idx> j) {
+    if (!repair_needed(sf, bf, stats, inner, f, j)) return;
+    if (sf.tie == 0) {
+      const T tied = split_tied_value(bf, j.c);
+      for (Idx p = j.jb; p < j.je; ++p)
+        if (ops::is_extremum(A(ld(x[p * inner + f])), j.c.y)) gi[p * inner + f] = tied;
+    } else {
+      gi[j.r * inner + f] = bf.elem(j.c, j.r, x[j.r * inner + f]);  // tied, not the winner: 0
     }
   };
-  for (int64_t id = first; id < total; id += stride) {
+  for (int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; id < total;
+       id += int64_t(gridDim.x) * blockDim.x) {
     const Idx w = Idx(id / int64_t(inner));
     const Idx f = Idx(id - int64_t(w) * int64_t(inner));
-    const Idx i0 = tile_i[w], i1 = tile_i[w + 1], j0 = tile_j[w], j1 = tile_j[w + 1];
-    if (i1 > i0 && q[i0] < j0) fix(i0, f, head[w * inner + f], j0, q[i0 + 1]);  // began earlier, ends in w
-    if (i1 < U) {                                                                // open at w's end
-      const Idx b = q[i1];
-      const Idx* rec = keep_carry(q, i1, titems, U) ? carry_keep : carry;  // short: fixup_tree left it
-      fix(i1, f, rec[w * inner + f], b > j0 ? b : j0, j1);
+    const TileRecords<Idx> tr = tile_records(q, tile_i, tile_j, w, U);
+    if (tr.has_head) fix(f, RepairJob<T, Idx>{tr.head_t, head[w * inner + f], tr.head_jb, tr.head_je, {}});
+    if (tr.has_carry) {
+      const Idx* rec = keep_carry(q, tr.carry_t, titems, U) ? carry_keep : carry;
+      fix(f, RepairJob<T, Idx>{tr.carry_t, rec[w * inner + f], tr.carry_jb, tr.carry_je, {}});
+    }
+  }
+}
+
+// inner == 1: a warp per 32 tiles. Lane l finds tile (32 k + l)'s jobs (its
+// records, bounds, the totals and the segments' contexts: every dependent load
+// of the chain made for 32 tiles at once), then the warp runs the jobs one after
+// another, its lanes over the job's positions (split: 16-byte vectors where x is
+// aligned, repair_split_flat_vec; first/last: the one write). Session 20: with a
+// warp per tile, every tile waited through that chain of loads, needed or not
+// (ncu, 1d_64x1M: 55 us of fp32's 238 with 12% of the tiles re-read, 60 us of
+// bf16's 244 with ~63%).
+template <class T, class Idx>
+__global__ void __launch_bounds__(256) flat_maxmin_repair(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+                                                          T* __restrict__ gi, const Idx* __restrict__ q,
+                                                          const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
+                                                          Idx W, Idx U, Idx titems, const Idx* __restrict__ carry,
+                                                          const Idx* __restrict__ carry_keep,
+                                                          const Idx* __restrict__ head, const Idx* __restrict__ stats) {
+  using A = dacc_t<T>;
+  const int lane = int(threadIdx.x & 31);
+  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
+  const bool vec = aligned16_dev(x);
+  for (int64_t base = warp * 32; base < int64_t(W); base += warps * 32) {
+    const Idx w = Idx(base + lane);
+    RepairJob<T, Idx> job[2];
+    bool need[2] = {false, false};
+    if (w < Idx(W)) {
+      const TileRecords<Idx> tr = tile_records(q, tile_i, tile_j, w, U);
+      if (tr.has_head) {
+        job[0] = RepairJob<T, Idx>{tr.head_t, head[w], tr.head_jb, tr.head_je, {}};
+        need[0] = repair_needed(sf, bf, stats, Idx(1), Idx(0), job[0]);
+      }
+      if (tr.has_carry) {
+        const Idx* rec = keep_carry(q, tr.carry_t, titems, U) ? carry_keep : carry;
+        job[1] = RepairJob<T, Idx>{tr.carry_t, rec[w], tr.carry_jb, tr.carry_je, {}};
+        need[1] = repair_needed(sf, bf, stats, Idx(1), Idx(0), job[1]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      for (unsigned m = __ballot_sync(kFull, need[k]); m != 0; m &= m - 1) {
+        const int src = __ffs(int(m)) - 1;
+        RepairJob<T, Idx> j;
+        j.r = __shfl_sync(kFull, job[k].r, src);
+        j.jb = __shfl_sync(kFull, job[k].jb, src);
+        j.je = __shfl_sync(kFull, job[k].je, src);
+        j.c.g = __shfl_sync(kFull, job[k].c.g, src);
+        j.c.y = __shfl_sync(kFull, job[k].c.y, src);
+        j.c.stat = __shfl_sync(kFull, job[k].c.stat, src);
+        j.c.real = true;  // repair_needed: a real segment
+        if (sf.tie == 0 && vec) {
+          repair_split_flat_vec(bf, j.c, x, gi, j.jb, j.je, lane);
+        } else if (sf.tie == 0) {
+          const T tied = split_tied_value(bf, j.c);
+          for (Idx p = j.jb + Idx(lane); p < j.je; p += 32)
+            if (ops::is_extremum(A(ld(x[p])), j.c.y)) gi[p] = tied;
+        } else if (lane == 0) {
+          gi[j.r] = bf.elem(j.c, j.r, x[j.r]);  // tied, not the winner: 0
+        }
+      }
     }
   }
 }

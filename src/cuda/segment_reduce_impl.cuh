@@ -317,12 +317,20 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
   launch_coop(fixup_tree<StatsFn<T, Idx>, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup_tree", sf, q,
               tile_i, tile_j, W, Idx(g.items), inner, FX, carry, static_cast<const Idx*>(head),
               static_cast<Idx*>(c.long_list), c.long_count);
-  const int64_t rgrid = detail::ceil_div(g.workers * c.inner * (g.flat ? 32 : 1), 256);
-  auto rk = g.flat ? maxmin_repair<true, T, Idx> : maxmin_repair<false, T, Idx>;
-  rk<<<unsigned(rgrid), 256, 0, c.stream>>>(sf, bf, x, gi, q, tile_i, tile_j, W, Idx(g.segs), inner, Idx(g.items),
-                                            static_cast<const Idx*>(carry), static_cast<const Idx*>(keep),
-                                            static_cast<const Idx*>(head), stats);
-  check_launch("maxmin_repair");
+  // The repair: flat, a warp per 32 tiles (its lanes find the tiles' jobs); features, a
+  // thread per (tile, feature).
+  const int64_t rgrid = detail::ceil_div(g.flat ? detail::ceil_div(g.workers, 32) * 32 : g.workers * c.inner, 256);
+  if (g.flat) {
+    flat_maxmin_repair<T, Idx><<<unsigned(rgrid), 256, 0, c.stream>>>(
+        sf, bf, x, gi, q, tile_i, tile_j, W, Idx(g.segs), Idx(g.items), static_cast<const Idx*>(carry),
+        static_cast<const Idx*>(keep), static_cast<const Idx*>(head), stats);
+    check_launch("flat_maxmin_repair");
+  } else {
+    feat_maxmin_repair<T, Idx><<<unsigned(rgrid), 256, 0, c.stream>>>(
+        sf, bf, x, gi, q, tile_i, tile_j, W, Idx(g.segs), inner, Idx(g.items), static_cast<const Idx*>(carry),
+        static_cast<const Idx*>(keep), static_cast<const Idx*>(head), stats);
+    check_launch("feat_maxmin_repair");
+  }
   record(c.path, rgrid, 256);
 }
 

@@ -187,14 +187,17 @@ TEST(CudaSegmentReduceMaxBwd, ConstructedTileEdgesFeatures) {
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
 }
 
-// Session 20: the flat split repair reads x with 16-byte vectors where x is
-// aligned (repair_split_flat_vec: whole vectors of the tile's part, the fewer than
-// VE positions before and after them one by one) and element by element where it
-// is not. The constructed row (every repair case: ties in several tiles, all-equal
-// segments, NaN and signed-zero ties) behind e = 0 .. 8 one-element segments, so
-// the parts begin and end at every phase mod 8; each against the CPU and the
-// reference (check_maxbwd), and the same data one element into a buffer (x not
-// aligned: the scalar re-read), whose gradients must have the aligned call's bits.
+// Session 20, the flat kernels' aligned and element forms: the repair reads x with
+// 16-byte vectors where x is aligned (repair_split_flat_vec: whole vectors of the
+// tile's part, the fewer than VE positions before and after them one by one), and
+// a full tile without a segment end (flat_maxmin_full_tile) folds and writes with
+// vectors where x (loads) and x and gi (stores) are aligned, element by element
+// otherwise. The constructed row (every repair case: ties in several tiles,
+// all-equal segments of 40 tiles, NaN and signed-zero ties) behind e = 0 .. 8
+// one-element segments, so that the parts and the full tiles begin at every phase
+// mod 8; split, first and last; against the CPU and the reference (check_maxbwd),
+// then with x one element into a buffer, and with gi one element into one (x
+// aligned): both must give the aligned call's bits.
 TEST(CudaSegmentReduceMaxBwd, RepairVectorAndScalarReadsAgree) {
   SEGRED_NEED_GPU();
 #ifdef SEGRED_WITH_CUDA
@@ -221,11 +224,23 @@ TEST(CudaSegmentReduceMaxBwd, RepairVectorAndScalarReadsAgree) {
         const Reduce red = parse_reduce(r);
         const Tensor out = segment_reduce(data, red, seg);
         const Tensor grad = Tensor::copy_to(make_tensor(mixed_grads(rng, out.numel(), t), lay.out_shape(), t), kGpu);
-        Tensor gi = Tensor::empty(lay.shape, t, kGpu), gi_mis = Tensor::empty(lay.shape, t, kGpu);
-        segment_reduce_backward_out(grad, out, data, red, seg, Tie::Split, gi);
-        segment_reduce_backward_out(grad, out, mis, red, seg, Tie::Split, gi_mis);
-        EXPECT_TRUE(same_bits(Tensor::copy_to(gi, DeviceRef{}), Tensor::copy_to(gi_mis, DeviceRef{})))
-            << "misaligned x (scalar re-read) differs from aligned x (vector re-read)";
+        Tensor gbuf = Tensor::empty({L + 1}, t, kGpu);
+        const TensorView gi_view(static_cast<char*>(gbuf.data()) + dtype_size(t), t, {L}, {}, kGpu);
+        for (Tie tie : {Tie::Split, Tie::First, Tie::Last}) {
+          SCOPED_TRACE(::testing::Message() << "tie " << int(tie));
+          Tensor gi = Tensor::empty(lay.shape, t, kGpu), gi_mis = Tensor::empty(lay.shape, t, kGpu);
+          segment_reduce_backward_out(grad, out, data, red, seg, tie, gi);
+          const Tensor want = Tensor::copy_to(gi, DeviceRef{});
+          segment_reduce_backward_out(grad, out, mis, red, seg, tie, gi_mis);
+          EXPECT_TRUE(same_bits(want, Tensor::copy_to(gi_mis, DeviceRef{})))
+              << "misaligned x (element loads) differs from aligned x (vector loads)";
+          segment_reduce_backward_out(grad, out, data, red, seg, tie, gi_view);
+          Tensor got = Tensor::empty({L + 1}, t, DeviceRef{});
+          ASSERT_EQ(cudaMemcpy(got.data(), gbuf.data(), size_t(L + 1) * dtype_size(t), cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          const TensorView got_view(static_cast<char*>(got.data()) + dtype_size(t), t, {L}, {}, DeviceRef{});
+          EXPECT_TRUE(same_bits(want, got_view)) << "misaligned gi (element stores) differs from aligned gi";
+        }
       }
 #endif
 }

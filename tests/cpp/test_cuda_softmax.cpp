@@ -526,61 +526,6 @@ TYPED_TEST(CudaSoftmax, LongRowsStreamedInTwoChunks) {
   EXPECT_GE(streamed, 4 * 2 * 4);
 }
 
-// Session 20: the last-dim block forward at the short EV (SoftmaxTestCaps::
-// block_fwd_ev = 1: 16 data registers per thread, the backward's; twice the
-// threads or cluster ranks per row). Rows that take one block (D just above the
-// warp kernel's reach, and a row of one rank plus one vector), clusters, more
-// chunks than the row needs and the long-row streaming (caps: 1 SM, 64 threads),
-// scalar loads (D odd: the full EV, the only one scalar loads have), i32 and i64,
-// softmax and log_softmax, against the reference and the CPU; the launch must be
-// the geometry planned with the short EV.
-TYPED_TEST(CudaSoftmax, BlockForwardShortEv) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937 rng(709);
-  auto& caps = detail::softmax_test_caps();
-  struct Reset {
-    ~Reset() {
-      auto& c = detail::softmax_test_caps();
-      c.block_fwd_ev = 0;
-      c.max_threads = 1024;
-      c.sm_count = 1 << 20;
-    }
-  } reset;
-  const int es = dtype_size(dtype_of<TypeParam>());
-  std::set<std::string> kinds;
-  for (int capped = 0; capped < 2; ++capped) {
-    caps.max_threads = capped ? 64 : 1024;
-    caps.sm_count = capped ? 1 : 1 << 20;
-    for (int64_t D : {1025, 2056, 4096, 4097, 65536, 65544, 300000})
-      for (int64_t rows : {3, 40}) {
-        if (D > 65544 && rows > 3) continue;
-        const Geo c{{rows, D}, -1};
-        const SoftmaxProblem p = make_softmax_problem(c.shape, c.dim, dtype_of<TypeParam>(), Direction::Fwd, false,
-                                                      Backend::CUDA);
-        caps.block_fwd_ev = 0;
-        const detail::SoftmaxGeometry full = detail::softmax_geometry(p);
-        caps.block_fwd_ev = 1;
-        const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
-        if (g.kernel != detail::SoftmaxKernel::Block) continue;
-        EXPECT_EQ(g.ev, detail::softmax_short_elems_per_thread(g.kernel, es, true, g.vec));
-        EXPECT_TRUE(detail::softmax_ev_instantiated(g.kernel, es, true, g.vec, g.ev));
-        if (g.vec > 1 && es < 8) {
-          EXPECT_EQ(2 * g.ev, full.ev) << D;
-          kinds.insert(g.cluster > 1 ? "cluster" : "one block");
-          if (g.chunks > 1) kinds.insert("chunks");
-        } else {
-          EXPECT_EQ(g.ev, full.ev) << D;
-          kinds.insert("full EV kept");
-        }
-        for (bool f64 : {false, true})
-          for (bool log : {false, true}) run_case<TypeParam>(c, log, Direction::Fwd, f64, rng, &g);
-      }
-  }
-  if (es < 8)
-    for (const char* k : {"one block", "cluster", "chunks", "full EV kept"})
-      EXPECT_TRUE(kinds.count(k)) << k << " not reached";
-}
-
 // The benchmark's geometry at the device's SM count: [34, 262144] streams in every
 // 2- and 4-byte dtype and direction on a 132-SM H200 (fp32 fwd 512 x 8, fp32 bwd
 // 512 x 16 with 16-block non-portable clusters, 16-bit fwd 512 x 4, 16-bit bwd

@@ -445,15 +445,10 @@ TEST(CudaSoftmaxPlan, ElementsPerThread) {
     EXPECT_EQ(softmax_short_elems_per_thread(k, 8, true, 2), 8);
     EXPECT_EQ(softmax_short_elems_per_thread(k, 2, true, 1), 16);
   }
-  // The block kernel: the full EV, except the forward's half EV (2- and 4-byte
-  // vector loads) of session 20's A/B (SoftmaxTestCaps::block_fwd_ev).
   for (int es : {2, 4, 8})
     for (bool fwd : {true, false})
       EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Block, es, fwd, 16 / es),
-                softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, 16 / es) / (fwd && es < 8 ? 2 : 1));
-  for (int es : {2, 4})
-    EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Block, es, true, 1),
-              softmax_elems_per_thread(SoftmaxKernel::Block, es, true, 1));
+                softmax_elems_per_thread(SoftmaxKernel::Block, es, fwd, 16 / es));
   EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 4, true, 4), 16);   // E = 4 = full
   EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 2, true, 4), 16);   // E 4 (full 8)
   EXPECT_EQ(softmax_short_elems_per_thread(SoftmaxKernel::Spatial, 2, false, 4), 16);
