@@ -107,6 +107,7 @@ struct SegmentTestCaps {
   std::atomic<int> prep_spec{0};
   std::atomic<int> pdl{0};
   std::atomic<int> flat_direct{0};
+  std::atomic<int> repair_tiles{0};  // > 0: tiles per warp of the flat max/min repair (1..32; 0: the rule)
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;
@@ -115,6 +116,21 @@ inline SegmentTestCaps& segment_test_caps() {
 
 // Tiles one wave of flat_reduce holds on an H200 (132 SMs x 64 warps), rounded down.
 constexpr int64_t kFusedWaveTiles = 8192;
+
+// Session 20: tiles per warp of the flat max/min repair (flat_maxmin_repair,
+// src/cuda/segment_maxbwd.cuh): G lanes of a warp each walk one tile's chain of
+// dependent record loads at once, then the warp runs the tiles' fixes one by one.
+// One warp per tile waited through a chain per tile (ncu, 1d_64x1M: 55 us of fp32's
+// 238); 32 tiles per warp left too few warps where tiles are few (1d_200k_exp40:
+// ~500) or fixes many (1d_64x1M bf16: ~20 re-reads in a row per warp, 58 us). So:
+// the fewest tiles per warp (a power of two, at most 32) that keep the warps within
+// one wave of an H200, W / G <= kRepairWaveWarps (132 SMs x 64 warps).
+constexpr int64_t kRepairWaveWarps = 132 * 64;
+constexpr int repair_tiles_per_warp(int64_t tiles) {
+  int g = 1;
+  while (g < 32 && (tiles + g - 1) / g > kRepairWaveWarps) g *= 2;
+  return g;
+}
 
 // The fused fix-up saves the fixup_tree launch (3-20 us) but makes each tile that
 // completes a crossing segment wait, at its end, for the carries published by the

@@ -504,9 +504,10 @@ __global__ void __launch_bounds__(256) feat_maxmin_repair(StatsFn<T, Idx> sf, Bw
   }
 }
 
-// inner == 1: a warp per 32 tiles. Lane l finds tile (32 k + l)'s jobs (its
-// records, bounds, the totals and the segments' contexts: every dependent load
-// of the chain made for 32 tiles at once), then the warp runs the jobs one after
+// inner == 1: a warp per G tiles (detail::repair_tiles_per_warp). Lane l < G
+// finds tile (G k + l)'s jobs (its records, bounds, the totals and the segments'
+// contexts: every dependent load of the chain made for G tiles at once), then
+// the warp runs the jobs one after
 // another, its lanes over the job's positions (split: 16-byte vectors where x is
 // aligned, repair_split_flat_vec; first/last: the one write). Session 20: with a
 // warp per tile, every tile waited through that chain of loads, needed or not
@@ -518,17 +519,18 @@ __global__ void __launch_bounds__(256) flat_maxmin_repair(StatsFn<T, Idx> sf, Bw
                                                           const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                           Idx W, Idx U, Idx titems, const Idx* __restrict__ carry,
                                                           const Idx* __restrict__ carry_keep,
-                                                          const Idx* __restrict__ head, const Idx* __restrict__ stats) {
+                                                          const Idx* __restrict__ head, const Idx* __restrict__ stats,
+                                                          int G) {
   using A = dacc_t<T>;
   const int lane = int(threadIdx.x & 31);
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t warps = (int64_t(gridDim.x) * blockDim.x) >> 5;
   const bool vec = aligned16_dev(x);
-  for (int64_t base = warp * 32; base < int64_t(W); base += warps * 32) {
+  for (int64_t base = warp * G; base < int64_t(W); base += warps * G) {
     const Idx w = Idx(base + lane);
     RepairJob<T, Idx> job[2];
     bool need[2] = {false, false};
-    if (w < Idx(W)) {
+    if (lane < G && w < Idx(W)) {
       const TileRecords<Idx> tr = tile_records(q, tile_i, tile_j, w, U);
       if (tr.has_head) {
         job[0] = RepairJob<T, Idx>{tr.head_t, head[w], tr.head_jb, tr.head_je, {}};

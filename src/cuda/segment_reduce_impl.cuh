@@ -317,13 +317,15 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
   launch_coop(fixup_tree<StatsFn<T, Idx>, Idx>, detail::ceil_div(g.workers * FX, 256), 256, c, "fixup_tree", sf, q,
               tile_i, tile_j, W, Idx(g.items), inner, FX, carry, static_cast<const Idx*>(head),
               static_cast<Idx*>(c.long_list), c.long_count);
-  // The repair: flat, a warp per 32 tiles (its lanes find the tiles' jobs); features, a
+  // The repair: flat, a warp per G tiles (its lanes find the tiles' jobs); features, a
   // thread per (tile, feature).
-  const int64_t rgrid = detail::ceil_div(g.flat ? detail::ceil_div(g.workers, 32) * 32 : g.workers * c.inner, 256);
+  const int forced = detail::segment_test_caps().repair_tiles.load(std::memory_order_relaxed);
+  const int G = forced > 0 ? std::min(forced, 32) : detail::repair_tiles_per_warp(g.workers);
+  const int64_t rgrid = detail::ceil_div(g.flat ? detail::ceil_div(g.workers, G) * 32 : g.workers * c.inner, 256);
   if (g.flat) {
     flat_maxmin_repair<T, Idx><<<unsigned(rgrid), 256, 0, c.stream>>>(
         sf, bf, x, gi, q, tile_i, tile_j, W, Idx(g.segs), Idx(g.items), static_cast<const Idx*>(carry),
-        static_cast<const Idx*>(keep), static_cast<const Idx*>(head), stats);
+        static_cast<const Idx*>(keep), static_cast<const Idx*>(head), stats, G);
     check_launch("flat_maxmin_repair");
   } else {
     feat_maxmin_repair<T, Idx><<<unsigned(rgrid), 256, 0, c.stream>>>(

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <set>
 
+#include "src/core/segment_geometry.h"
 #include "tests/cpp/segment_reduce_test_util.h"
 
 #ifdef SEGRED_WITH_CUDA
@@ -196,8 +197,9 @@ TEST(CudaSegmentReduceMaxBwd, ConstructedTileEdgesFeatures) {
 // all-equal segments of 40 tiles, NaN and signed-zero ties) behind e = 0 .. 8
 // one-element segments, so that the parts and the full tiles begin at every phase
 // mod 8; split, first and last; against the CPU and the reference (check_maxbwd),
-// then with x one element into a buffer, and with gi one element into one (x
-// aligned): both must give the aligned call's bits.
+// then with x one element into a buffer, with gi one element into one (x
+// aligned), and with 2, 7 and 32 tiles per warp in the repair
+// (SegmentTestCaps::repair_tiles): all must give the aligned call's bits.
 TEST(CudaSegmentReduceMaxBwd, RepairVectorAndScalarReadsAgree) {
   SEGRED_NEED_GPU();
 #ifdef SEGRED_WITH_CUDA
@@ -240,6 +242,15 @@ TEST(CudaSegmentReduceMaxBwd, RepairVectorAndScalarReadsAgree) {
                     cudaSuccess);
           const TensorView got_view(static_cast<char*>(got.data()) + dtype_size(t), t, {L}, {}, DeviceRef{});
           EXPECT_TRUE(same_bits(want, got_view)) << "misaligned gi (element stores) differs from aligned gi";
+          // The repair's tiles per warp (the rule gives 1 at these sizes): several tiles per
+          // warp, a last group of fewer, every lane a tile; the same bits.
+          for (int G : {2, 7, 32}) {
+            detail::segment_test_caps().repair_tiles = G;
+            Tensor gi_g = Tensor::empty(lay.shape, t, kGpu);
+            segment_reduce_backward_out(grad, out, data, red, seg, tie, gi_g);
+            detail::segment_test_caps().repair_tiles = 0;
+            EXPECT_TRUE(same_bits(want, Tensor::copy_to(gi_g, DeviceRef{}))) << "repair with " << G << " tiles per warp";
+          }
         }
       }
 #endif

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "segred/segred.h"
+#include "src/core/segment_geometry.h"
 
 namespace segred {
 namespace {
@@ -122,3 +123,26 @@ TEST(PlanSegmentReduce, PureAndDeterministic) {
 
 }  // namespace
 }  // namespace segred
+
+// Session 20: tiles per warp of the flat max/min repair: one tile per warp while
+// the warps fit one wave (kRepairWaveWarps), then the fewest (a power of two) that
+// keep them within it, at most 32.
+TEST(PlanSegmentReduce, RepairTilesPerWarp) {
+  using segred::detail::kRepairWaveWarps;
+  using segred::detail::repair_tiles_per_warp;
+  EXPECT_EQ(repair_tiles_per_warp(0), 1);
+  EXPECT_EQ(repair_tiles_per_warp(1), 1);
+  EXPECT_EQ(repair_tiles_per_warp(kRepairWaveWarps), 1);
+  EXPECT_EQ(repair_tiles_per_warp(kRepairWaveWarps + 1), 2);
+  EXPECT_EQ(repair_tiles_per_warp(2 * kRepairWaveWarps), 2);
+  EXPECT_EQ(repair_tiles_per_warp(65544), 8);    // 1d_64x1M bf16 (1024-item tiles)
+  EXPECT_EQ(repair_tiles_per_warp(131080), 16);  // 1d_64x1M fp32 (512-item tiles)
+  EXPECT_EQ(repair_tiles_per_warp(32 * kRepairWaveWarps), 32);
+  EXPECT_EQ(repair_tiles_per_warp(int64_t(1) << 40), 32);  // capped: the grid strides beyond one wave
+  for (int64_t w : {int64_t(5), int64_t(9000), int64_t(100000), int64_t(1) << 22}) {
+    const int g = repair_tiles_per_warp(w);
+    EXPECT_EQ(g & (g - 1), 0) << w;
+    EXPECT_TRUE(g == 32 || (w + g - 1) / g <= kRepairWaveWarps) << w;
+    EXPECT_TRUE(g == 1 || (w + g / 2 - 1) / (g / 2) > kRepairWaveWarps) << w;  // the fewest
+  }
+}
