@@ -128,12 +128,8 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
 //     tile's carry: the segment crosses the tile's end).
 //   Segments between (wholly inside the lane): counted again from shared memory
 //     in the write walk.
-// 16-bit, 32-bit indices: 6 blocks of 256 per SM, what the staged tile's shared
-// memory allows (40 registers; the full-tile path alone would take 48: 5 blocks).
 template <class T, class Idx>
-constexpr int kFlatMaxminMinBlocks = sizeof(Idx) == 4 && sizeof(T) == 2 ? 6 : 1;
-template <class T, class Idx>
-__global__ void __launch_bounds__(256, kFlatMaxminMinBlocks<T, Idx>) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+__global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx nel,
                                                        const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                        Idx* __restrict__ carry, Idx* __restrict__ carry_keep,
@@ -387,21 +383,25 @@ __device__ __forceinline__ void repair_split_flat_vec(const BF& bf, const Ctx& c
   using A = dacc_t<T>;
   constexpr int VE = kVecE<T>, kRepVecs = 4;
   const T tied = split_tied_value(bf, c);
-  auto one = [&](Idx j) {
-    if (ops::is_extremum(A(ld(x[j])), c.y)) gi[j] = tied;
-  };
   const Idx va = (jb + Idx(VE - 1)) / Idx(VE), vb = je / Idx(VE);  // whole vectors [va, vb)
   if (va >= vb) {
-    for (Idx j = jb + Idx(lane); j < je; j += 32) one(j);
+    for (Idx j = jb + Idx(lane); j < je; j += 32)
+      if (ops::is_extremum(A(ld(x[j])), c.y)) gi[j] = tied;
     return;
   }
-  if (jb + Idx(lane) < va * Idx(VE)) one(jb + Idx(lane));
-  if (vb * Idx(VE) + Idx(lane) < je) one(vb * Idx(VE) + Idx(lane));
-  for (Idx v0 = va + Idx(lane); v0 < vb; v0 += Idx(32 * kRepVecs)) {
+  // The edge positions' loads go out with the first round's vectors (one round trip).
+  const Idx jh = jb + Idx(lane), jt = vb * Idx(VE) + Idx(lane);
+  const bool eh = jh < va * Idx(VE), et = jt < je;
+  const T xh = eh ? x[jh] : T{}, xt = et ? x[jt] : T{};
+  for (Idx v0 = va + Idx(lane); v0 < vb + Idx(lane); v0 += Idx(32 * kRepVecs)) {  // warp-uniform rounds
     Vec<T, VE> r[kRepVecs];
 #pragma unroll
     for (int u = 0; u < kRepVecs; ++u)
       if (v0 + Idx(32 * u) < vb) r[u] = load_vec<T, VE>(x + (v0 + Idx(32 * u)) * Idx(VE));
+    if (v0 == va + Idx(lane)) {
+      if (eh && ops::is_extremum(A(ld(xh)), c.y)) gi[jh] = tied;
+      if (et && ops::is_extremum(A(ld(xt)), c.y)) gi[jt] = tied;
+    }
 #pragma unroll
     for (int u = 0; u < kRepVecs; ++u) {
       const Idx j0 = (v0 + Idx(32 * u)) * Idx(VE);
