@@ -4,7 +4,8 @@
 // v5 register geometry), the outputs compared (max |staged - register|).
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -I include -I . \
 //   bench/cuda_spatial_staged_bench.cu BUILD/libsegred.a -o spatial_staged_bench
-// Usage: spatial_staged_bench [REPS [all]]. Prints one line per (case, dtype, dir, mode).
+// Usage: spatial_staged_bench [REPS [all|s14|s21]]. Prints one line per (case, dtype, dir, mode);
+// the backward's st is its staged form (0 register, 1 staged, 2 y alone: SoftmaxGeometry::staged_form).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
     int vec16 = 0;  // session 8: SoftmaxTestCaps::stage_vec16_fwd (0: the rule, 4 / 8: forced)
     int short16 = 0;    // session 14: SoftmaxTestCaps::spatial_vec16_short (0: the rule, 4 / 8: forced)
     bool cache = true;  // session 14: SoftmaxTestCaps::launch_cache
+    int stage_y = 0;    // session 21: SoftmaxTestCaps::stage_y_bwd (0: the rule, 1: y alone where it fits, 2: never)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -85,6 +87,15 @@ int main(int argc, char** argv) {
              {"nocache", 64 << 10, 0, 32, 128, 0, 0, false},
              {"short4", 64 << 10, 0, 32, 128, 0, 4},
              {"short8", 64 << 10, 0, 32, 128, 0, 8}};
+  // Session 21 ("s21"): the staged backward with y alone (SoftmaxGeometry::stage_y)
+  // against the rule without it (the register path where g and y do not fit, the
+  // two-array staging elsewhere) and forced wherever y alone fits; spatial cases only.
+  const bool s21 = argc > 2 && std::string(argv[2]) == "s21";
+  if (s21)
+    modes = {{"register", 0, 0, 32, 128},
+             {"default", 64 << 10, 0, 32, 128},
+             {"nostagey", 64 << 10, 0, 32, 128, 0, 0, true, 2},
+             {"stagey", 64 << 10, 0, 32, 128, 0, 0, true, 1}};
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -97,6 +108,7 @@ int main(int argc, char** argv) {
   };
   for (const Case& c : cases)
     for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
+      if (s21 && c.dim < 0) continue;  // the last-dim kernels have no staged form
       const int64_t n = numel(c.shape);
       const int64_t es = dtype_size(dt.t);
       Tensor x = Tensor::empty(c.shape, dt.t, gpu), y = Tensor::empty(c.shape, dt.t, gpu);
@@ -114,6 +126,7 @@ int main(int argc, char** argv) {
         caps.stage_vec16_fwd = m.vec16;
         caps.spatial_vec16_short = m.short16;
         caps.launch_cache = m.cache;
+        caps.stage_y_bwd = m.stage_y;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -156,7 +169,7 @@ int main(int argc, char** argv) {
         const double bpct = 100.0 * (bb / (copy_gbs * 1e9)) / (bms * 1e-3);
         std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d v%d tx%d ty%d c%d k%d] diff %.3g | bwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d tx%d ty%d c%d k%d] diff %.3g\n",
                     c.name, dt.name, m.name, fms, fpct, fb2b, path_f.c_str(), int(gf.staged), gf.vec, gf.tx, gf.ty,
-                    gf.cluster, gf.krows, double(df), bms, bpct, bb2b, path_b.c_str(), int(gb.staged), gb.tx, gb.ty,
+                    gf.cluster, gf.krows, double(df), bms, bpct, bb2b, path_b.c_str(), gb.staged_form(), gb.tx, gb.ty,
                     gb.cluster, gb.krows, double(db));
         std::fflush(stdout);
       }
@@ -167,6 +180,7 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().stage_vec16_fwd = 0;
       detail::softmax_test_caps().spatial_vec16_short = 0;
       detail::softmax_test_caps().launch_cache = true;
+      detail::softmax_test_caps().stage_y_bwd = 0;
     }
   return 0;
 }

@@ -79,6 +79,17 @@ const std::vector<SoftmaxInput>& softmax_inputs() {
       in.data[size_t(1000 * inner + 7)] = 15.0;
       v.push_back(in);
     }
+    // Columns of 5000 over dim 0, 64 wide (session 21): on CUDA the backward's g
+    // and y do not fit 16 ranks at 128-byte rows, so it stages y alone (Plan
+    // variant "stage_y") in the 2- and 4-byte dtypes; column 7 is -inf in its first
+    // 600 rows (ranks 0 and 1) and has its max (15) in row 4000 (rank 12).
+    {
+      const int64_t D = 5000, inner = 64;
+      SoftmaxInput in{"staged_y_columns", {D, inner}, 0, wave(size_t(D * inner), 8.0)};
+      for (int64_t d = 0; d < 600; ++d) in.data[size_t(d * inner + 7)] = -kInf;
+      in.data[size_t(4000 * inner + 7)] = 15.0;
+      v.push_back(in);
+    }
     // Columns of 300 over dim 1 of [2, 300, 24]: on CUDA the staged spatial
     // kernel (spatial_staged) in the 2- and 4-byte dtypes (vector loads: 24 % 4 ==
     // 0; D >= 256, so both directions; the backward over a cluster of 2), its

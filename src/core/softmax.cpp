@@ -108,6 +108,7 @@ Plan plan_softmax(const SoftmaxProblem& p) {
     plan.grid = {g.grid, 1, 1};
     plan.block = {g.threads(), 1, 1};
     plan.chunk = g.chunks;
+    plan.variant = detail::softmax_cuda_variant(p, g);
     return plan;
   }
 #endif

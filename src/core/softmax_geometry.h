@@ -27,8 +27,11 @@
 //                  128-byte rows where they fit, the column split over a cluster
 //                  of up to 16 blocks of 256 threads, <= 64 KB of staged data per
 //                  block (3 blocks per SM). Forward: D >= 256; backward: D >= 64
-//                  at 128-byte rows only. 2- and 4-byte types, vector loads
-//                  (softmax_staged_geometry below; bench/NOTES.md, CUDA softmax, session 5).
+//                  at 128-byte rows only; where g and y do not fit together, y
+//                  alone (session 21: SoftmaxGeometry::stage_y, Plan variant
+//                  "stage_y"; the two-array form is "stage_gy"). 2- and 4-byte
+//                  types, vector loads (softmax_staged_geometry below;
+//                  bench/NOTES.md, CUDA softmax, session 5).
 // EV = elements per thread per array kept in registers, raw (softmax_elems_per_thread
 // below): last dim 128 bytes in flight per thread (fwd: fp32 32, 16-bit 64; bwd:
 // two arrays of fp32 16, 16-bit 32), spatial 64 bytes per array (fp32 16, 16-bit
@@ -54,8 +57,10 @@
 //     Register path (staging off): E=8 rows/thread, ty=32, tx=16, 512 threads.
 //   [8192, 8192] fp32 dim 0: fwd staged, tx=8 (32 columns, 128-byte rows),
 //     ty=32, cluster=16 (16 ranks x 512 rows x 128 B = 64 KB each): 256 tiles x
-//     16 blocks. bwd (128-byte rows of g and y do not fit 16 ranks): register
-//     path, V=4, E=4, tx=2 (8 columns), ty=256, cluster=8, resident.
+//     16 blocks. bwd (128-byte rows of g and y do not fit 16 ranks): staged with
+//     y alone (session 21, stage_y: g read twice, the second time from L2), tx=8,
+//     ty=32, cluster=16, krows=16 (64 KB of y per rank); before session 21 the
+//     register path, V=4, E=4, tx=2 (8 columns), ty=256, cluster=8, resident.
 //   [32, 1000, 4096] fp32 dim 1: staged, tx=8, ty=32, fwd cluster 2 (krows 16),
 //     bwd cluster 4 (krows 8). 16-bit fwd (session 8): V=8 (16-byte vectors), tx=8,
 //     ty=32, cluster 2, krows 16 (64 KB blocks: softmax_staged_vec_elems); [8192,
@@ -110,7 +115,17 @@ struct SoftmaxGeometry {
   // register kernel's value (unused by the staged kernel).
   bool staged = false;
   int krows = 0;
-  int64_t stage_bytes = 0;  // staged data per block (1 array fwd, 2 bwd)
+  int64_t stage_bytes = 0;  // staged data per block (1 array fwd, 2 bwd; 1 bwd with stage_y)
+  // Staged backward, session 21: only y is staged; g is read from global memory
+  // into registers twice, for sum(g*y) and for the write (the second read from L2:
+  // the GPU's blocks in flight hold ~25 MB of g, against 50 MB of L2). Taken where
+  // the 128-byte rows of g and y together do not fit the block budget over 16 ranks
+  // but y alone does ([8192, 8192] dim 0: 64 KB of y per rank of 16), in place of
+  // the register path's 32-byte rows (47-53% of copy: bench/NOTES.md, session 21).
+  bool stage_y = false;
+  // The staged kernel's form, for the instantiation: 0 register path, 1 staged
+  // (x, or g and y), 2 staged y with g from global memory (stage_y).
+  int staged_form() const { return !staged ? 0 : stage_y ? 2 : 1; }
   int threads() const { return tx * ty; }
   // Offset of the staged data in dynamic shared memory: after the reduction
   // scratch, 16-byte aligned.
@@ -249,6 +264,11 @@ struct SoftmaxTestCaps {
   // threads, shared memory, cluster); false queries the occupancy API on every call
   // (the benchmark's A/B of the host time).
   std::atomic<bool> launch_cache{true};
+  // Session 21: the staged backward with y alone in shared memory
+  // (SoftmaxGeometry::stage_y): 0 = the rule (where g and y do not fit together),
+  // 1 = wherever y alone fits (the test hook that brings it to small shapes, and
+  // the benchmark's A/B), 2 = never (the register path where g and y do not fit).
+  std::atomic<int> stage_y_bwd{0};
   // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
   // lastdim_block; false: the resident split they had before).
   std::atomic<bool> long_rows_streamed{true};
@@ -290,11 +310,13 @@ inline int64_t SoftmaxGeometry::smem_bytes(int as) const {
 // 61%) whose slice fits `budget` bytes per block (fwd: x; bwd: g and y). Of those
 // (one per row width, >= min_row), the widest that also gives 2 x sms blocks is
 // taken, else the widest.
+// stage_y (backward only): stage y alone (SoftmaxGeometry::stage_y).
 inline SoftmaxGeometry softmax_staged_geometry(int64_t D, int64_t ncols, int es, int vec, bool fwd, int max_threads,
                                                int max_cluster, int64_t sms, int64_t budget, int64_t max_clusters,
-                                               int min_row = 32) {
+                                               int min_row = 32, bool stage_y = false) {
   SoftmaxGeometry best;
-  const int na = fwd ? 1 : 2;
+  stage_y = stage_y && !fwd;
+  const int na = (fwd || stage_y) ? 1 : 2;
   const int threads = std::min(256, max_threads);
   bool have = false;
   for (int w : {128, 64, 32}) {
@@ -310,6 +332,7 @@ inline SoftmaxGeometry softmax_staged_geometry(int64_t D, int64_t ncols, int es,
       SoftmaxGeometry g;
       g.kernel = SoftmaxKernel::Spatial;
       g.staged = true;
+      g.stage_y = stage_y;
       g.vec = vec;
       g.tx = tx;
       g.ty = ty;
@@ -484,11 +507,20 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
   const int stage_min_d = caps.stage_min_d.load();
   const bool stage = D >= (stage_min_d > 0 ? int64_t(stage_min_d) : fwd ? kSoftmaxStageFwdMinD : kSoftmaxStageBwdMinD);
   if (g.vec == vs && vs > 1 && es <= 4 && stage) {
-    auto staged_at = [&](int vec) {
+    auto staged_at = [&](int vec, bool stage_y = false) {
       return softmax_staged_geometry(D, ncols, es, vec, fwd, max_threads, max_cluster, sms, caps.stage_bytes.load(),
-                                     max_clusters, fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load());
+                                     max_clusters, fwd ? caps.stage_min_row_fwd.load() : caps.stage_min_row_bwd.load(),
+                                     stage_y);
     };
     SoftmaxGeometry s = staged_at(g.vec);
+    // Session 21: a backward whose g and y do not fit together stages y alone
+    // (SoftmaxGeometry::stage_y), at the same 128-byte rows; the test cap takes
+    // that form wherever it fits, or never.
+    const int sy = caps.stage_y_bwd.load();
+    if (!fwd && sy != 2 && (!s.staged || sy == 1)) {
+      const SoftmaxGeometry y = staged_at(g.vec, true);
+      if (y.staged) s = y;
+    }
     // Session 8: the 16-bit forward at 16-byte vectors where inner allows them and
     // the block's shared memory leaves <= 4 blocks per SM anyway (or the test cap).
     const int vw = softmax_staged_vec_elems(es, fwd);
@@ -542,6 +574,14 @@ inline std::string_view softmax_cuda_path(const SoftmaxProblem& p, const Softmax
   // trace or a test that reaches one spatial kernel says nothing about the other.
   const int k = g.staged ? 3 : int(g.kernel);
   return names[p.log ? 1 : 0][p.direction == Direction::Bwd ? 1 : 0][k][g.index_bits == 64 ? 1 : 0];
+}
+
+// The choice inside a path that the Plan and the trace name (Plan::variant): the
+// staged backward's two forms, "stage_gy" (g and y in shared memory) and "stage_y"
+// (y alone; g read twice, SoftmaxGeometry::stage_y); empty elsewhere.
+inline std::string_view softmax_cuda_variant(const SoftmaxProblem& p, const SoftmaxGeometry& g) {
+  if (!g.staged || p.direction != Direction::Bwd) return {};
+  return g.stage_y ? "stage_y" : "stage_gy";
 }
 
 }  // namespace segred::detail

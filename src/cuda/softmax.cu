@@ -115,12 +115,13 @@ sm::KernelFn pick(const char* op, const SoftmaxProblem& p, const detail::Softmax
   const detail::SoftmaxKernel k = g.kernel;
   const int vec = g.vec, ev = g.ev;
   sm::KernelFn fn = nullptr;
+  const int st = g.staged_form();  // 0 register, 1 staged, 2 staged y alone (bwd)
   switch (p.dtype) {
-    case DType::Float32: fn = f ? sm::pick_fwd_f32(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f32(log, i64, k, vec, ev, g.staged); break;
-    case DType::Float64: fn = f ? sm::pick_fwd_f64(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f64(log, i64, k, vec, ev, g.staged); break;
-    case DType::Float16: fn = f ? sm::pick_fwd_f16(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_f16(log, i64, k, vec, ev, g.staged); break;
+    case DType::Float32: fn = f ? sm::pick_fwd_f32(log, i64, k, vec, ev, st) : sm::pick_bwd_f32(log, i64, k, vec, ev, st); break;
+    case DType::Float64: fn = f ? sm::pick_fwd_f64(log, i64, k, vec, ev, st) : sm::pick_bwd_f64(log, i64, k, vec, ev, st); break;
+    case DType::Float16: fn = f ? sm::pick_fwd_f16(log, i64, k, vec, ev, st) : sm::pick_bwd_f16(log, i64, k, vec, ev, st); break;
     case DType::BFloat16:
-      fn = f ? sm::pick_fwd_bf16(log, i64, k, vec, ev, g.staged) : sm::pick_bwd_bf16(log, i64, k, vec, ev, g.staged);
+      fn = f ? sm::pick_fwd_bf16(log, i64, k, vec, ev, st) : sm::pick_bwd_bf16(log, i64, k, vec, ev, st);
       break;
     default: throw TypeError("softmax: unsupported dtype on CUDA");
   }
@@ -267,7 +268,8 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
     }
     SEGRED_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, args), detail::cat(op, ": kernel launch"));
     SEGRED_CUDA_CHECK(cudaGetLastError(), detail::cat(op, ": kernel launch"));
-    detail::record_launch(detail::softmax_cuda_path(q, g), {g.grid, 1, 1}, {g.threads(), 1, 1});
+    detail::record_launch(detail::softmax_cuda_path(q, g), {g.grid, 1, 1}, {g.threads(), 1, 1},
+                          detail::softmax_cuda_variant(q, g));
     return;
   }
   throw DeviceError(detail::cat(op, ": no viable launch configuration (occupancy reports 0 resident blocks down to "

@@ -954,8 +954,17 @@ __device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na
 // the TY threads of a column and the cluster ranks merge with SpatialCx::reduce
 // (its scratch at the start of shared memory, the staged data after it). Math as
 // fwd_body/bwd_body's resident path: one DRAM read and one write per element.
-template <class T, class I, bool Fwd, bool Log, int V>
-__global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
+// StageY (backward, session 21; detail::SoftmaxGeometry::stage_y): only y is
+// staged (into the first array's slots); each thread reads its rows of g from
+// global memory into registers in batches of kGBatchBytes per thread, once for sum(g*y)
+// (the first batch issued before the wait for y's copies) and again for the
+// write, when the tile's g was read a moment ago and is in L2. The DRAM bytes
+// stay one read of g and y and one write; half the shared memory per rank lets
+// [8192, 8192]'s column tile of 128-byte rows fit 16 ranks. Same sums in the
+// same order as the staged form at the same geometry.
+constexpr int kGBatchBytes = 64;  // StageY: bytes of g per thread per batch (4 vectors of 16 B, 8 of 8 B)
+template <class T, class I, bool Fwd, bool Log, int V, bool StageY>
+__device__ __forceinline__ void spatial_staged_body(const Args& args) {
   using A = dacc_t<T>;
   using VT = Vec<T, V>;
   const int C = args.cluster;
@@ -986,7 +995,11 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
       base = int64_t(o) * slab + int64_t(col - o * inner);
     }
     const int na = active ? n : 0;
-    {
+    if constexpr (!Fwd && StageY) {
+      // y into the first array's slots; g stays in global memory (read below).
+      const T* gb = static_cast<const T*>(args.b) + base;
+      for (int k = 0; k < na; ++k) cp_async<sizeof(VT)>(s0 + k * ks, gb + (d0 + I(TY) * I(k)) * inner);
+    } else {
       const T* ga = static_cast<const T*>(args.a) + base;
       for (int k = 0; k < na; ++k) cp_async<sizeof(VT)>(s0 + k * ks, ga + (d0 + I(TY) * I(k)) * inner);
       if constexpr (!Fwd) {
@@ -1042,6 +1055,46 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
         }
         *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k)) * inner) = o;
       }
+    } else if constexpr (StageY) {
+      using Epi = std::conditional_t<Log, ops::LogSoftmaxBwd, ops::SoftmaxBwd>;
+      constexpr int KB = kGBatchBytes / int(sizeof(VT));
+      const T* ga = static_cast<const T*>(args.a) + base;
+      auto load_g = [&](VT (&gv)[KB], int k0) {
+#pragma unroll
+        for (int j = 0; j < KB; ++j)
+          if (k0 + j < na) gv[j] = *reinterpret_cast<const VT*>(ga + (d0 + I(TY) * I(k0 + j)) * inner);
+      };
+      A acc[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[i] = A(0);
+      for (int k0 = 0; k0 < na; k0 += KB) {
+        VT gv[KB];
+        load_g(gv, k0);
+        if (k0 == 0) cp_async_wait_all();  // y's copies, behind the first batch of g
+#pragma unroll
+        for (int j = 0; j < KB; ++j) {
+          if (k0 + j < na) {
+            const VT y = s0[(k0 + j) * ks];
+#pragma unroll
+            for (int i = 0; i < V; ++i) acc[i] += Epi::term(ld(gv[j].v[i]), ld(y.v[i]));
+          }
+        }
+      }
+      cx.template reduce<A>(acc, SumOp{});
+      for (int k0 = 0; k0 < na; k0 += KB) {
+        VT gv[KB];
+        load_g(gv, k0);  // the second read of g: from L2
+#pragma unroll
+        for (int j = 0; j < KB; ++j) {
+          if (k0 + j < na) {
+            const VT y = s0[(k0 + j) * ks];
+            VT o;
+#pragma unroll
+            for (int i = 0; i < V; ++i) o.v[i] = st<T>(Epi::apply(ld(gv[j].v[i]), ld(y.v[i]), acc[i]));
+            *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k0 + j)) * inner) = o;
+          }
+        }
+      }
     } else {
       using Epi = std::conditional_t<Log, ops::LogSoftmaxBwd, ops::SoftmaxBwd>;
       A acc[V];
@@ -1066,6 +1119,18 @@ __global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
   }
 }
 
+template <class T, class I, bool Fwd, bool Log, int V>
+__global__ void __launch_bounds__(256) spatial_staged_kernel(Args args) {
+  spatial_staged_body<T, I, Fwd, Log, V, false>(args);
+}
+// StageY: its own kernel, so that the bound of 3 blocks per SM (the 64 KB blocks'
+// shared-memory limit; without it ptxas took 118-128 registers, 2 blocks per SM)
+// leaves the other instantiations' registers as they were.
+template <class T, class I, bool Log, int V>
+__global__ void __launch_bounds__(256, 3) spatial_staged_y_kernel(Args args) {
+  spatial_staged_body<T, I, false, Log, V, true>(args);
+}
+
 // The kernel of kind K at vector width V and EV elements per thread.
 template <class T, class I, bool Fwd, bool Log, detail::SoftmaxKernel K, int V, int EV>
 KernelFn kernel_of() {
@@ -1088,12 +1153,16 @@ KernelFn pick_ev(int ev) {
 // when that combination is not instantiated (the launcher reports an error).
 // Vector widths: detail::softmax_vec_elems (the geometry's, so plan and kernel agree).
 template <class T, class I, bool Fwd, bool Log>
-KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged) {
+KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, int staged) {
   constexpr int V = detail::softmax_vec_elems(detail::SoftmaxKernel::Warp, int(sizeof(T)));
   constexpr int VS = detail::softmax_vec_elems(detail::SoftmaxKernel::Spatial, int(sizeof(T)));
   using K = detail::SoftmaxKernel;
   if (staged) {  // spatial, staged: vector loads of 2- and 4-byte types only
     if constexpr (sizeof(T) <= 4 && VS > 1) {
+      if constexpr (!Fwd) {  // session 21: y staged, g from global memory (staged form 2)
+        if (k == K::Spatial && vec == VS && staged == 2) return spatial_staged_y_kernel<T, I, Log, VS>;
+      }
+      if (staged == 2) return nullptr;
       if (k == K::Spatial && vec == VS) return spatial_staged_kernel<T, I, Fwd, Log, VS>;
       // Session 8: the 16-bit forward also at 16-byte vectors (V = 8,
       // detail::softmax_staged_vec_elems).
@@ -1124,7 +1193,7 @@ KernelFn pick_kernel(detail::SoftmaxKernel k, int vec, int ev, bool staged) {
 
 // Per (direction, dtype) translation units (softmax_{fwd,bwd}_<dtype>.cu).
 #define SEGRED_SOFTMAX_PICK_DECL(dir, tag) \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged);
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, int staged);
 SEGRED_SOFTMAX_PICK_DECL(fwd, f32)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f64)
 SEGRED_SOFTMAX_PICK_DECL(fwd, f16)
@@ -1136,7 +1205,7 @@ SEGRED_SOFTMAX_PICK_DECL(bwd, bf16)
 #undef SEGRED_SOFTMAX_PICK_DECL
 
 #define SEGRED_SOFTMAX_PICK_DEF(dir, tag, T, FWD)                                                               \
-  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, bool staged) {     \
+  KernelFn pick_##dir##_##tag(bool log, bool i64, detail::SoftmaxKernel k, int vec, int ev, int staged) {      \
     if (log)                                                                                                   \
       return i64 ? pick_kernel<T, int64_t, FWD, true>(k, vec, ev, staged)                                      \
                  : pick_kernel<T, int32_t, FWD, true>(k, vec, ev, staged);                                     \

@@ -377,6 +377,77 @@ TYPED_TEST(CudaSoftmax, StagedSpatialSmallShapes) {
   EXPECT_GE(staged, 30);
 }
 
+// Session 21: the staged backward with y alone in shared memory (stage_y: g read
+// from global memory in batches of 8 rows, twice), forced wherever it fits
+// (SoftmaxTestCaps::stage_y_bwd = 1) and by the rule where g and y together do not
+// fit: one block per tile, clusters of 2 to 16, rows per thread below, at and past
+// one batch (1 to 17: the batch loop's partial last batch), tiles ending in
+// inactive columns, every dtype with a staged kernel, i32 and i64, softmax and
+// log_softmax, special columns; against the float64 reference and the CPU, the
+// launch the plan's geometry and the trace's variant "stage_y".
+TYPED_TEST(CudaSoftmax, StagedBackwardYAlone) {
+  SKIP_WITHOUT_GPU();
+  if (dtype_size(dtype_of<TypeParam>()) > 4) GTEST_SKIP() << "no staged kernel for float64";
+  std::mt19937 rng(2121);
+  struct S {
+    Geo geo;
+    int64_t budget;
+    int force;  // stage_y_bwd: 1 forced, 0 the rule
+  };
+  const std::vector<S> cases = {{{{3, 40, 72}, 1}, int64_t(64) << 10, 1},  {{{1, 120, 72}, 1}, 8192, 1},
+                                {{{2, 700, 36}, 1}, 16384, 1},            {{{5, 33, 4}, 1}, 4096, 1},
+                                {{{1, 3000, 32}, 1}, int64_t(64) << 10, 1}, {{{2, 545, 64}, 1}, 16384, 1},
+                                {{{1, 1100, 64}, 1}, 12288, 0},           {{{3, 2, 200}, 1}, int64_t(64) << 10, 1}};
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  int reached_y = 0;
+  std::set<int> rows_per_thread, clusters;
+  for (const S& c : cases) {
+    auto& caps = detail::softmax_test_caps();
+    caps.stage_min_d = 2;
+    caps.stage_bytes = c.budget;
+    caps.stage_y_bwd = c.force;
+    struct Reset {
+      ~Reset() {
+        auto& caps = detail::softmax_test_caps();
+        caps.stage_min_d = 0;
+        caps.stage_bytes = int64_t(64) << 10;
+        caps.stage_y_bwd = 0;
+      }
+    } reset;
+    for (bool f64 : {false, true})
+      for (bool log : {false, true}) {
+        SoftmaxProblem p =
+            make_softmax_problem(c.geo.shape, c.geo.dim, dtype_of<TypeParam>(), Direction::Bwd, log, Backend::CUDA);
+        p.sm_count = sms;
+        detail::softmax_force_index64() = f64;
+        const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+        const Plan plan = plan_softmax(p);
+        detail::softmax_force_index64() = false;
+        ASSERT_TRUE(g.staged && g.stage_y) << shape_string(c.geo.shape) << " budget " << c.budget;
+        EXPECT_EQ(plan.variant, "stage_y") << plan;
+        rows_per_thread.insert(g.krows);
+        clusters.insert(g.cluster);
+        TraceSession outer;
+        std::string path;
+        run_case<TypeParam>(c.geo, log, Direction::Bwd, f64, rng, &g, &path);
+        EXPECT_EQ(path, std::string(log ? "log_softmax" : "softmax") + ".bwd.cuda.spatial_staged.i" + (f64 ? "64" : "32"));
+        for (const auto& r : outer.records())
+          if (r.backend == Backend::CUDA) {
+            EXPECT_EQ(r.variant, "stage_y") << r.path;
+            reached_y += r.variant == "stage_y";
+          }
+      }
+  }
+  EXPECT_EQ(reached_y, int(cases.size()) * 4);
+  // Rows per thread on both sides of the batch of 8 (and past two), clusters of
+  // one block up to 16 ranks.
+  EXPECT_TRUE(rows_per_thread.count(1) || rows_per_thread.count(2));
+  EXPECT_TRUE(*rows_per_thread.rbegin() > 8);
+  EXPECT_TRUE(clusters.count(1));
+  EXPECT_GE(*clusters.rbegin(), 8);
+}
+
 // Session 8: the 16-bit staged forward (staged_fwd16: packed max, exact-offset
 // sum, (M, S) write; V = 8 with a reduce-scatter, V = 4) at both vector widths
 // (SoftmaxTestCaps::stage_vec16_fwd; float32 runs the same cases on its own
@@ -584,6 +655,7 @@ struct RaceCase {
   int64_t stage_bytes = 0;  // staged spatial: per-block budget (0: off, the register geometries)
   int stage_min_d = 0;                      // staged spatial: > 0 stages every column with D >= this
   int stage_vec16 = 0;                      // staged spatial: SoftmaxTestCaps::stage_vec16_fwd (session 8)
+  int stage_y = 0;                          // staged backward: SoftmaxTestCaps::stage_y_bwd (session 21)
 };
 
 constexpr int64_t kNoCap = detail::kSoftmaxMaxClusters;
@@ -614,6 +686,9 @@ const std::vector<RaceCase>& race_cases() {
       // reduce-scatter of SpatialCx::reduce_rs)
       {{{3, 40, 72}, 1}, 1024, 16, 1, 1, int64_t(64) << 10, 2, 8},
       {{{1, 120, 72}, 1}, 1024, 16, 1, 1, 8192, 2, 8},
+      // session 21: the staged backward with y alone (g from global memory)
+      {{{3, 40, 72}, 1}, 1024, 16, 1, 1, int64_t(64) << 10, 2, 0, 1},
+      {{{1, 120, 72}, 1}, 1024, 16, 1, 1, 8192, 2, 0, 1},
   };
   return c;
 }
@@ -628,6 +703,7 @@ struct CapsScope {  // restores the defaults even when an ASSERT returns early
     c.stage_bytes = r.stage_bytes;
     c.stage_min_d = r.stage_min_d;
     c.stage_vec16_fwd = r.stage_vec16;
+    c.stage_y_bwd = r.stage_y;
   }
   ~CapsScope() {
     auto& c = detail::softmax_test_caps();
@@ -638,6 +714,7 @@ struct CapsScope {  // restores the defaults even when an ASSERT returns early
     c.stage_bytes = int64_t(64) << 10;
     c.stage_min_d = 0;
     c.stage_vec16_fwd = 0;
+    c.stage_y_bwd = 0;
   }
 };
 
@@ -655,7 +732,7 @@ std::string race_class(const detail::SoftmaxGeometry& g) {
   if (g.kernel != detail::SoftmaxKernel::Spatial) return "";
   if (g.staged)
     return std::string(g.cluster > 1 ? "spatial.staged.cluster" : "spatial.staged") + (g.vec == 8 ? ".vec8" : "") +
-           loop;
+           (g.stage_y ? ".y" : "") + loop;
   const int groups = g.tx < 32 ? std::max(1, g.tx * g.ty / 32) : g.ty;  // SpatialCx::reduce's G
   if (groups == 1 && g.cluster == 1) return "";
   const char* k = g.chunks > 1     ? "spatial.stream"
@@ -715,13 +792,17 @@ TEST(CudaSoftmaxRaceShapes, ReachEverySharedMemoryGeometry) {
   // Session 8: the 16-bit forward's V = 8 staged kernel (reduce_rs), one block and clusters.
   for (const char* want : {"float16 fwd spatial.staged.vec8.loop", "float16 fwd spatial.staged.cluster.vec8.loop"})
     EXPECT_TRUE(got.count(want)) << want << " not reached; reached: " << all;
+  // Session 21: the staged backward with y alone, one block and clusters.
+  for (const char* dt : {"float32", "float16"})
+    for (const char* want : {" bwd spatial.staged.y.loop", " bwd spatial.staged.cluster.y.loop"})
+      EXPECT_TRUE(got.count(std::string(dt) + want)) << dt << want << " not reached; reached: " << all;
   EXPECT_TRUE(got.count("float32 bwd block.1024")) << all;
   bool scalar_cluster = false;
   for (const auto& v : got) scalar_cluster |= v.find("spatial.cluster") != std::string::npos && v.find(".scalar") != std::string::npos;
   EXPECT_TRUE(scalar_cluster) << all;
-  // Small: at most 9252 elements a case, about 110 launches in all.
+  // Small: at most 9252 elements a case, about 120 launches in all (session 21: +8, the y-alone staged backward).
   for (const RaceCase& r : race_cases()) EXPECT_LE(numel(r.geo.shape), 9252) << shape_string(r.geo.shape);
-  EXPECT_LE(runs.size() * 2, 120u);
+  EXPECT_LE(runs.size() * 2, 128u);
 }
 
 int device_sm_count() {

@@ -91,9 +91,12 @@ void expect_consistent(const SoftmaxProblem& p) {
     EXPECT_EQ(g.grid % g.cluster, 0) << plan;
   } else if (g.staged) {
     // Staged spatial: the cluster's ranks hold the column, each rank krows x ty
-    // rows of tx vectors in shared memory (1 array fwd, 2 bwd), within the budget.
+    // rows of tx vectors in shared memory (1 array fwd, 2 bwd, 1 bwd with y
+    // alone), within the budget; the Plan names the backward's form.
     const int es0 = dtype_size(p.dtype);
-    const int na = p.direction == Direction::Fwd ? 1 : 2;
+    const int na = (p.direction == Direction::Fwd || g.stage_y) ? 1 : 2;
+    EXPECT_TRUE(!g.stage_y || p.direction == Direction::Bwd) << plan;
+    EXPECT_EQ(plan.variant, p.direction == Direction::Fwd ? "" : g.stage_y ? "stage_y" : "stage_gy") << plan;
     EXPECT_GE(int64_t(g.cluster) * g.krows * g.ty, D) << plan;
     EXPECT_LT(int64_t(g.cluster) * (g.krows - 1) * g.ty, D) << plan << " (a rank with no rows)";
     EXPECT_EQ(g.chunks, 1) << plan;
@@ -113,6 +116,8 @@ void expect_consistent(const SoftmaxProblem& p) {
     EXPECT_GE(g.work * g.tx * g.vec, p.outer * p.inner) << plan;
     EXPECT_EQ(g.grid % g.cluster, 0) << plan;
   } else {
+    EXPECT_FALSE(g.stage_y) << plan;
+    EXPECT_EQ(plan.variant, "") << plan;
     EXPECT_GE(g.chunks * g.cluster * int64_t(g.ty) * (g.ev / g.vec), D) << plan;
     EXPECT_GE(g.work * g.tx * g.vec, p.outer * p.inner) << plan;
     EXPECT_EQ(g.grid % g.cluster, 0) << plan;
@@ -291,9 +296,10 @@ TEST(CudaSoftmaxPlan, StagedPathOnEachSideOfTheStagingRules) {
   }
   // The 128-byte-row rule of the backward: [8192, 8192] over dim 0 (inner 8192).
   // At the default caps the forward stages 128-byte rows over 16 ranks and the
-  // backward (g and y: 128 KB per rank of 16) keeps the register path; with at
-  // most 8 blocks per cluster the forward stages 64-byte rows, the backward,
-  // which stages 128-byte rows only, still does not.
+  // backward (g and y: 128 KB per rank of 16) stages y alone (session 21: 64 KB
+  // per rank of 16, variant "stage_y"); with at most 8 blocks per cluster the
+  // forward stages 64-byte rows, the backward, which stages 128-byte rows only
+  // (y alone: 128 KB per rank of 8), keeps the register path.
   for (DType dt : {DType::Float32, DType::Float16}) {
     const int es = dtype_size(dt);
     for (int mc : {16, 8}) {
@@ -305,15 +311,55 @@ TEST(CudaSoftmaxPlan, StagedPathOnEachSideOfTheStagingRules) {
       EXPECT_EQ(plan_softmax(f).path, "softmax.fwd.cuda.spatial_staged.i32") << mc;
       SoftmaxProblem b = cuda_problem({8192, 8192}, 0, B, false, dt);
       b.max_cluster = mc;
+      const auto gb = detail::softmax_geometry(b);
+      EXPECT_EQ(gb.staged, mc == 16) << mc;
+      EXPECT_EQ(gb.stage_y, mc == 16) << mc;
+      EXPECT_EQ(plan_softmax(b).path, mc == 16 ? "softmax.bwd.cuda.spatial_staged.i32" : "softmax.bwd.cuda.spatial.i32")
+          << mc;
+      EXPECT_EQ(plan_softmax(b).variant, mc == 16 ? "stage_y" : "") << mc;
+      if (mc == 16) {
+        EXPECT_EQ(gb.tx * gb.vec * es, 128);
+        EXPECT_EQ(gb.cluster, 16);
+        EXPECT_EQ(gb.stage_bytes, int64_t(64) << 10);  // y only: 512 rows x 128 B per rank
+        EXPECT_EQ(int64_t(gb.cluster) * gb.ty * gb.krows, 8192);
+        EXPECT_EQ(gb.grid, 16 * 8192 / (128 / es));
+        EXPECT_EQ(gb.staged_form(), 2);
+      }
+      // The test cap: never (the register path), and y alone where g and y fit.
+      detail::softmax_test_caps().stage_y_bwd = 2;
       EXPECT_FALSE(detail::softmax_geometry(b).staged) << mc;
-      EXPECT_EQ(plan_softmax(b).path, "softmax.bwd.cuda.spatial.i32") << mc;
+      detail::softmax_test_caps().stage_y_bwd = 0;
     }
   }
+  {
+    // Where g and y fit together the rule keeps both staged ("stage_gy"); the cap
+    // (1) stages y alone wherever it fits, over fewer ranks.
+    SoftmaxProblem b = cuda_problem({32, 1000, 4096}, 1, B, false, DType::Float32);
+    auto g2 = detail::softmax_geometry(b);
+    EXPECT_TRUE(g2.staged);
+    EXPECT_FALSE(g2.stage_y);
+    EXPECT_EQ(g2.staged_form(), 1);
+    EXPECT_EQ(plan_softmax(b).variant, "stage_gy");
+    detail::softmax_test_caps().stage_y_bwd = 1;
+    const auto g1 = detail::softmax_geometry(b);
+    EXPECT_TRUE(g1.staged && g1.stage_y);
+    EXPECT_EQ(g1.cluster * 2, g2.cluster);
+    EXPECT_EQ(g1.stage_bytes, g2.stage_bytes);
+    EXPECT_EQ(plan_softmax(b).variant, "stage_y");
+    EXPECT_EQ(plan_softmax(b).path, "softmax.bwd.cuda.spatial_staged.i32");
+    // The forward has no such form: the cap does not touch it.
+    SoftmaxProblem f = cuda_problem({32, 1000, 4096}, 1, F, false, DType::Float32);
+    EXPECT_FALSE(detail::softmax_geometry(f).stage_y);
+    EXPECT_EQ(plan_softmax(f).variant, "");
+    detail::softmax_test_caps().stage_y_bwd = 0;
+  }
   // A backward that stages at 16 ranks but not at 2 (128-byte rows of [3, 1000,
-  // 64] fp32 g and y need 4 ranks): the fallback caps give the register path.
+  // 64] fp32 g and y need 4 ranks): at 2 the fallback caps stage y alone (session
+  // 21: 64 KB per rank of 2), at 1 they give the register path.
   EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 16), "softmax.bwd.cuda.spatial_staged.i32");
   EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 4), "softmax.bwd.cuda.spatial_staged.i32");
-  EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 2), "softmax.bwd.cuda.spatial.i32");
+  EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 2), "softmax.bwd.cuda.spatial_staged.i32");
+  EXPECT_EQ(path({3, 1000, 64}, B, false, DType::Float32, 1), "softmax.bwd.cuda.spatial.i32");
   // Staging off (the test hook: budget 0): spatial everywhere.
   detail::softmax_test_caps().stage_bytes = 0;
   EXPECT_EQ(path({128, 1000, 64}, F, false, DType::Float32), "softmax.fwd.cuda.spatial.i32");
@@ -380,16 +426,26 @@ TEST(CudaSoftmaxPlan, StagedIndexWidthAtTheBound) {
 // forward and backward, plan to every i32 path, spatial_staged included
 // (staged_columns, long_columns_tiles) and spatial (float64, short columns).
 TEST(CudaSoftmaxPlan, CheckMatrixReachesEveryCudaI32Path) {
-  std::set<std::string> planned;
+  std::set<std::string> planned, variants;
   for (const cli::SoftmaxCase& c : cli::softmax_cases()) {
     const cli::SoftmaxInput& in = *c.input;
     if (numel(in.shape) == 0) continue;  // no kernel runs
     DType dt = DType::Float64;
     for (DType t : {DType::Float64, DType::Float32, DType::Float16, DType::BFloat16})
       if (dtype_name(t) == c.dtype) dt = t;
-    for (Direction dir : {Direction::Fwd, Direction::Bwd})
-      planned.insert(std::string(plan_softmax(make_softmax_problem(in.shape, in.dim, dt, dir, c.log, Backend::CUDA)).path));
+    for (Direction dir : {Direction::Fwd, Direction::Bwd}) {
+      const Plan plan = plan_softmax(make_softmax_problem(in.shape, in.dim, dt, dir, c.log, Backend::CUDA));
+      planned.insert(std::string(plan.path));
+      if (!plan.variant.empty()) variants.insert(std::string(plan.path) + " " + std::string(plan.variant));
+    }
   }
+  // Session 21: both forms of the staged backward (staged_columns: g and y;
+  // staged_y_columns: y alone), softmax and log_softmax.
+  for (const char* op : {"softmax", "log_softmax"})
+    for (const char* form : {"stage_gy", "stage_y"}) {
+      const std::string want = std::string(op) + ".bwd.cuda.spatial_staged.i32 " + form;
+      EXPECT_TRUE(variants.count(want)) << want << " is not reached by the check matrix";
+    }
   int n = 0;
   for (const PathInfo& info : paths()) {
     if (info.backend != Backend::CUDA || (info.op != "softmax" && info.op != "log_softmax") || info.index_bits != 32)
@@ -580,17 +636,20 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
     // 32-byte rows: [8192, 8192] tx 4 x ty 128 x cluster 8, [32, 1000, 4096] tx 4
     // x ty 128, is what staging off gives).
     // Backward staging needs 128-byte rows: [8192, 8192] (2 MB of g and y per
-    // 64-column tile, 128 KB per rank of 16) keeps the register geometry.
+    // 64-column tile, 128 KB per rank of 16) stages y alone (session 21: 64 KB per
+    // rank of 16, g read twice).
     // Session 8: 64 KB staged blocks (3 per SM by shared memory) take 16-byte
     // vectors in the 16-bit forward: tx 8 x ty 32 (128-byte rows as before).
     g = geo({8192, 8192}, 0, DType::Float16, dir);
-    EXPECT_EQ(g.staged, fwd);
-    EXPECT_EQ(g.cluster, fwd ? 16 : 8);
+    EXPECT_TRUE(g.staged);
+    EXPECT_EQ(g.stage_y, !fwd);
+    EXPECT_EQ(g.cluster, 16);
     EXPECT_EQ(g.vec, fwd ? 8 : 4);
-    EXPECT_EQ(g.tx, fwd ? 8 : 4);  // fwd: 128-byte staged rows; bwd: v5's 32-byte register rows
-    EXPECT_EQ(g.ty, fwd ? 32 : 128);
+    EXPECT_EQ(g.tx, fwd ? 8 : 16);  // 128-byte staged rows
+    EXPECT_EQ(g.ty, fwd ? 32 : 16);
     EXPECT_EQ(g.chunks, 1);
-    if (fwd) EXPECT_EQ(g.krows, 16);
+    EXPECT_EQ(g.krows, fwd ? 16 : 32);
+    EXPECT_EQ(g.stage_bytes, int64_t(64) << 10);
     g = geo({32, 1000, 4096}, 1, DType::BFloat16, dir);
     EXPECT_TRUE(g.staged);
     EXPECT_EQ(g.vec, fwd ? 8 : 4);
@@ -674,7 +733,8 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   EXPECT_FALSE(geo({128, 63, 64}, 1, DType::Float16, kBwd).staged);
   EXPECT_TRUE(geo({128, 64, 64}, 1, DType::Float16, kBwd).staged);
   EXPECT_FALSE(geo({8, 4, int64_t(1) << 24}, 1, DType::Float16).staged);
-  EXPECT_FALSE(geo({8192, 8192}, 0, DType::Float32, kBwd).staged);
+  EXPECT_TRUE(geo({8192, 8192}, 0, DType::Float32, kBwd).stage_y);  // session 21
+  EXPECT_FALSE(geo({16384, 8192}, 0, DType::Float32, kBwd).staged);  // y alone: 128 KB per rank of 16
   g = geo({8, 4, int64_t(1) << 24}, 1, DType::Float32);
   EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Spatial);
   EXPECT_EQ(g.ty, 1);
