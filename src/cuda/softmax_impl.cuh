@@ -1058,17 +1058,20 @@ __device__ __forceinline__ void spatial_staged_body(const Args& args) {
     } else if constexpr (StageY) {
       using Epi = std::conditional_t<Log, ops::LogSoftmaxBwd, ops::SoftmaxBwd>;
       constexpr int KB = kGBatchBytes / int(sizeof(VT));
+      // g as loaded (Raw: 16-bit vectors as packed words, widened where used; as
+      // Vec<__nv_bfloat16, 4>[8] the bfloat16 kernels spilled 180-264 bytes).
+      using GRaw = Raw<T, V, KB>;
       const T* ga = static_cast<const T*>(args.a) + base;
-      auto load_g = [&](VT (&gv)[KB], int k0) {
+      auto load_g = [&](GRaw& gv, int k0) {
 #pragma unroll
         for (int j = 0; j < KB; ++j)
-          if (k0 + j < na) gv[j] = *reinterpret_cast<const VT*>(ga + (d0 + I(TY) * I(k0 + j)) * inner);
+          if (k0 + j < na) gv.load(j, reinterpret_cast<const VT*>(ga + (d0 + I(TY) * I(k0 + j)) * inner));
       };
       A acc[V];
 #pragma unroll
       for (int i = 0; i < V; ++i) acc[i] = A(0);
       for (int k0 = 0; k0 < na; k0 += KB) {
-        VT gv[KB];
+        GRaw gv;
         load_g(gv, k0);
         if (k0 == 0) cp_async_wait_all();  // y's copies, behind the first batch of g
 #pragma unroll
@@ -1076,13 +1079,13 @@ __device__ __forceinline__ void spatial_staged_body(const Args& args) {
           if (k0 + j < na) {
             const VT y = s0[(k0 + j) * ks];
 #pragma unroll
-            for (int i = 0; i < V; ++i) acc[i] += Epi::term(ld(gv[j].v[i]), ld(y.v[i]));
+            for (int i = 0; i < V; ++i) acc[i] += Epi::term(gv[j * V + i], ld(y.v[i]));
           }
         }
       }
       cx.template reduce<A>(acc, SumOp{});
       for (int k0 = 0; k0 < na; k0 += KB) {
-        VT gv[KB];
+        GRaw gv;
         load_g(gv, k0);  // the second read of g: from L2
 #pragma unroll
         for (int j = 0; j < KB; ++j) {
@@ -1090,7 +1093,7 @@ __device__ __forceinline__ void spatial_staged_body(const Args& args) {
             const VT y = s0[(k0 + j) * ks];
             VT o;
 #pragma unroll
-            for (int i = 0; i < V; ++i) o.v[i] = st<T>(Epi::apply(ld(gv[j].v[i]), ld(y.v[i]), acc[i]));
+            for (int i = 0; i < V; ++i) o.v[i] = st<T>(Epi::apply(gv[j * V + i], ld(y.v[i]), acc[i]));
             *reinterpret_cast<VT*>(go + (d0 + I(TY) * I(k0 + j)) * inner) = o;
           }
         }
