@@ -147,18 +147,22 @@ def torch_from_table(path):
     """torch's times, copy bandwidth and boundary verdicts from an earlier table of this script
     (--torch-from: torch 2.11 does not change between runs; a run short of device time skips it)."""
     tt, copy, bnd = {}, float("nan"), []
-    for ln in open(path):
+    first = True  # torch's times come from the main table only: the later sections' rows
+    for ln in open(path):  # (alone / back to back / copy) have other columns (session 21)
+        if ln.startswith("## "):
+            first = False
         m = re.search(r"torch process (\d+) GB/s", ln)
         if m:
             copy = float(m.group(1))
         f = [c.strip() for c in ln.split("|")[1:-1]]
-        if len(f) >= 6 and f[0] not in ("case", "---", "who"):
+        if first and len(f) >= 6 and f[0] not in ("case", "---", "who"):
             try:
                 tt[(f[0], f[1], f[2])] = float(f[5])
             except ValueError:
                 pass
         elif len(f) == 4 and f[0].startswith("torch"):
-            bnd.append((f[1], f[2], f[3] + " (from " + path + ")"))
+            detail = re.sub(r"( \(from [^)]*\))+$", "", f[3])  # one "(from ...)", not one per re-read
+            bnd.append((f[1], f[2], detail + " (from " + path + ")"))
     return copy, tt, bnd
 
 
