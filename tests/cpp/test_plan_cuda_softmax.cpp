@@ -420,6 +420,50 @@ TEST(CudaSoftmaxPlan, StagedIndexWidthAtTheBound) {
             "log_softmax.bwd.cuda.spatial_staged.i32");
 }
 
+// Session 21: the staged backward's two forms on each side of their rules, at
+// 128-byte rows over at most 16 ranks of 64 KB (inner 64: every 2- and 4-byte
+// dtype vectorises). A rank's 64 KB of 128-byte rows hold 512 rows: 256 of g and
+// 256 of y, so g and y together fit D <= 16 x 256 = 4096 ("stage_gy"), y alone D
+// <= 16 x 512 = 8192 ("stage_y", 4097 to 8192); D = 8193 takes the register path. The stage_y i32/i64 switch is the
+// staged kernel's: [8192, 131000] over dim 0 (2 numel + 2^20 < 2^31) i32,
+// [8192, 131008] (numel = 2^30 - 2^19, the bound) i64. No allocation.
+TEST(CudaSoftmaxPlan, StageYOnEachSideOfItsRules) {
+  struct S {
+    int64_t D;
+    const char* form;  // "stage_gy", "stage_y", "" (register path)
+  };
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+    for (bool log : {false, true})
+      for (const S& c : {S{4096, "stage_gy"}, S{4097, "stage_y"}, S{8192, "stage_y"}, S{8193, ""}}) {
+        const SoftmaxProblem p = cuda_problem({2, c.D, 64}, 1, Direction::Bwd, log, dt);
+        const Plan plan = plan_softmax(p);
+        const auto g = detail::softmax_geometry(p);
+        EXPECT_EQ(plan.variant, c.form) << c.D << " " << dtype_name(dt);
+        EXPECT_EQ(std::string(plan.path),
+                  expected_name(log, Direction::Bwd, *c.form ? "spatial_staged" : "spatial", 32))
+            << c.D << " " << dtype_name(dt);
+        if (*c.form) {
+          EXPECT_EQ(g.tx * g.vec * dtype_size(dt), 128) << c.D;
+          EXPECT_EQ(g.cluster, 16) << c.D;  // the fewest ranks that fit, at each of these D
+        }
+        expect_consistent(p);
+        // The forward of the same shapes stages x (one array) at every D here.
+        const Plan f = plan_softmax(cuda_problem({2, c.D, 64}, 1, Direction::Fwd, log, dt));
+        EXPECT_EQ(f.variant, "") << c.D;
+        EXPECT_EQ(std::string(f.path), expected_name(log, Direction::Fwd, "spatial_staged", 32)) << c.D;
+      }
+  const int64_t bound = (int64_t(1) << 30) - (int64_t(1) << 19);
+  EXPECT_EQ(8192 * int64_t(131008), bound);
+  for (DType dt : {DType::Float32, DType::Float16})
+    for (auto [inner, bits] : {std::pair<int64_t, int>{131000, 32}, {131008, 64}}) {
+      const SoftmaxProblem p = cuda_problem({8192, inner}, 0, Direction::Bwd, false, dt);
+      const Plan plan = plan_softmax(p);
+      EXPECT_EQ(std::string(plan.path), expected_name(false, Direction::Bwd, "spatial_staged", bits)) << inner;
+      EXPECT_EQ(plan.variant, "stage_y") << inner;
+      expect_consistent(p);  // i32: every index the kernel forms (g's loads included) < 2^31
+    }
+}
+
 // `segred check` (cli/softmax_cases.cpp, no --large) on CUDA must reach every
 // registered CUDA softmax path except the i64 twins (those need --large: their
 // cases are test_check_large_softmax.cpp's): its inputs, in every dtype and op,
