@@ -130,8 +130,9 @@ class trace:
     Each record has ``op``, ``direction`` ("fwd"/"bwd"), ``backend`` ("cpu"/"cuda"),
     ``path`` (the stable registered name), ``index_bits`` (32/64), ``variant``
     (the choice inside the path that the launch made, where the path has one,
-    e.g. "fused_fixup" / "fixup_tree" on the CUDA flat segment_reduce forward;
-    else ""), and on CUDA ``grid`` and ``block``.
+    e.g. "fused_fixup" / "fixup_tree" on the CUDA flat segment_reduce forward,
+    "stage_gy" / "stage_y" on the CUDA staged softmax backward; else ""), and on
+    CUDA ``grid`` and ``block``.
     """
 
     def __init__(self):
