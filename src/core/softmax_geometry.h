@@ -117,11 +117,12 @@ struct SoftmaxGeometry {
   int krows = 0;
   int64_t stage_bytes = 0;  // staged data per block (1 array fwd, 2 bwd; 1 bwd with stage_y)
   // Staged backward, session 21: only y is staged; g is read from global memory
-  // into registers twice, for sum(g*y) and for the write (the second read from L2:
-  // the GPU's blocks in flight hold ~25 MB of g, against 50 MB of L2). Taken where
+  // into registers twice, for sum(g*y) and for the write (the second read from L2,
+  // kept there by eviction priorities: src/cuda/softmax_impl.cuh). Taken where
   // the 128-byte rows of g and y together do not fit the block budget over 16 ranks
   // but y alone does ([8192, 8192] dim 0: 64 KB of y per rank of 16), in place of
-  // the register path's 32-byte rows (47-53% of copy: bench/NOTES.md, session 21).
+  // the register path's 32-byte rows (H200: 46-53% -> 59-69% of copy, bench/NOTES.md,
+  // session 21).
   bool stage_y = false;
   // The staged kernel's form, for the instantiation: 0 register path, 1 staged
   // (x, or g and y), 2 staged y with g from global memory (stage_y).

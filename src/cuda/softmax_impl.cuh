@@ -1013,8 +1013,9 @@ __device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na
 // staged (into the first array's slots); each thread reads its rows of g from
 // global memory into registers in batches of kGBatchBytes per thread, once for sum(g*y)
 // (the first batch issued before the wait for y's copies) and again for the
-// write, when the tile's g was read a moment ago and is in L2. The DRAM bytes
-// stay one read of g and y and one write; half the shared memory per rank lets
+// write, from L2 (the accesses' eviction priorities keep g there while y and the
+// output stream past it). The DRAM bytes stay one read of g and y and one write
+// (Nsight Compute, [8192, 8192] fp32: 792 MB of 805); half the shared memory per rank lets
 // [8192, 8192]'s column tile of 128-byte rows fit 16 ranks. Same sums in the
 // same order as the staged form at the same geometry.
 constexpr int kGBatchBytes = 64;  // StageY: bytes of g per thread per batch (4 vectors of 16 B, 8 of 8 B)
