@@ -378,10 +378,10 @@ TYPED_TEST(CudaSoftmax, StagedSpatialSmallShapes) {
 }
 
 // Session 21: the staged backward with y alone in shared memory (stage_y: g read
-// from global memory in batches of 8 rows, twice), forced wherever it fits
+// from global memory in batches of 64 bytes a thread, 4 or 8 rows, twice), forced wherever it fits
 // (SoftmaxTestCaps::stage_y_bwd = 1) and by the rule where g and y together do not
 // fit: one block per tile, clusters of 2 to 16, rows per thread below, at and past
-// one batch (1 to 17: the batch loop's partial last batch), tiles ending in
+// one batch (1 to 32: the batch loop's partial last batch), tiles ending in
 // inactive columns, every dtype with a staged kernel, i32 and i64, softmax and
 // log_softmax, special columns; against the float64 reference and the CPU, the
 // launch the plan's geometry and the trace's variant "stage_y".
