@@ -4,7 +4,7 @@
 // v5 register geometry), the outputs compared (max |staged - register|).
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -I include -I . \
 //   bench/cuda_spatial_staged_bench.cu BUILD/libsegred.a -o spatial_staged_bench
-// Usage: spatial_staged_bench [REPS [all|s14|s21]]. Prints one line per (case, dtype, dir, mode);
+// Usage: spatial_staged_bench [REPS [all|s14|s21|s22]]. Prints one line per (case, dtype, dir, mode);
 // the backward's st is its staged form (0 register, 1 staged, 2 y alone: SoftmaxGeometry::staged_form).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
       {"[262144, 128] dim -1", {262144, 128}, -1},
       {"[64, 262144] dim -1", {64, 262144}, -1},
       {"[2048, 65536] dim -1", {2048, 65536}, -1},
+      {"[16384, 4096] dim -1", {16384, 4096}, -1},
   };
   struct Mode {
     const char* name;
@@ -70,6 +71,9 @@ int main(int argc, char** argv) {
     int short16 = 0;    // session 14: SoftmaxTestCaps::spatial_vec16_short (0: the rule, 4 / 8: forced)
     bool cache = true;  // session 14: SoftmaxTestCaps::launch_cache
     int stage_y = 0;    // session 21: SoftmaxTestCaps::stage_y_bwd (0: the rule, 1: y alone where it fits, 2: never)
+    int max_threads = 1024;  // session 22: SoftmaxTestCaps::max_threads (smaller blocks, more cluster ranks)
+    bool hints = true;       // session 22: SoftmaxTestCaps::stream_l2_hints
+    bool streamed = true;    // SoftmaxTestCaps::long_rows_streamed (session 7's rule)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -96,6 +100,18 @@ int main(int argc, char** argv) {
              {"default", 64 << 10, 0, 32, 128},
              {"nostagey", 64 << 10, 0, 32, 128, 0, 0, true, 2},
              {"stagey", 64 << 10, 0, 32, 128, 0, 0, true, 1}};
+  // Session 22 ("s22"): the last-dim block kernel: streamed rows with and without
+  // L2 eviction priorities (SoftmaxGeometry::l2_hints), without session 7's streaming
+  // rule, and the resident rows in blocks of 256 and 128 threads (twice and four
+  // times the cluster ranks, the same bytes per thread); last-dim cases only.
+  const bool s22 = argc > 2 && std::string(argv[2]) == "s22";
+  if (s22)
+    modes = {{"register", 0, 0, 32, 128},
+             {"default", 64 << 10, 0, 32, 128},
+             {"nohint", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, false},
+             {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false},
+             {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256},
+             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128}};
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -109,6 +125,7 @@ int main(int argc, char** argv) {
   for (const Case& c : cases)
     for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
       if (s21 && c.dim < 0) continue;  // the last-dim kernels have no staged form
+      if (s22 && c.dim >= 0) continue;
       const int64_t n = numel(c.shape);
       const int64_t es = dtype_size(dt.t);
       Tensor x = Tensor::empty(c.shape, dt.t, gpu), y = Tensor::empty(c.shape, dt.t, gpu);
@@ -127,6 +144,9 @@ int main(int argc, char** argv) {
         caps.spatial_vec16_short = m.short16;
         caps.launch_cache = m.cache;
         caps.stage_y_bwd = m.stage_y;
+        caps.max_threads = m.max_threads;
+        caps.stream_l2_hints = m.hints;
+        caps.long_rows_streamed = m.streamed;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -167,10 +187,11 @@ int main(int argc, char** argv) {
         const double fb = 2.0 * double(n * es), bb = 3.0 * double(n * es);
         const double fpct = 100.0 * (fb / (copy_gbs * 1e9)) / (fms * 1e-3);
         const double bpct = 100.0 * (bb / (copy_gbs * 1e9)) / (bms * 1e-3);
-        std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d v%d tx%d ty%d c%d k%d] diff %.3g | bwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d tx%d ty%d c%d k%d] diff %.3g\n",
+        std::printf("%-24s %-8s %-10s fwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d v%d tx%d ty%d c%d k%d ch%lld h%d] diff %.3g | bwd %7.4f ms %5.1f%% b2b %7.4f [%s st%d tx%d ty%d c%d k%d ch%lld h%d] diff %.3g\n",
                     c.name, dt.name, m.name, fms, fpct, fb2b, path_f.c_str(), int(gf.staged), gf.vec, gf.tx, gf.ty,
-                    gf.cluster, gf.krows, double(df), bms, bpct, bb2b, path_b.c_str(), gb.staged_form(), gb.tx, gb.ty,
-                    gb.cluster, gb.krows, double(db));
+                    gf.cluster, gf.krows, (long long)gf.chunks, int(gf.l2_hints), double(df), bms, bpct, bb2b,
+                    path_b.c_str(), gb.staged_form(), gb.tx, gb.ty, gb.cluster, gb.krows, (long long)gb.chunks,
+                    int(gb.l2_hints), double(db));
         std::fflush(stdout);
       }
       detail::softmax_test_caps().stage_bytes = 64 << 10;
@@ -181,6 +202,9 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().spatial_vec16_short = 0;
       detail::softmax_test_caps().launch_cache = true;
       detail::softmax_test_caps().stage_y_bwd = 0;
+      detail::softmax_test_caps().max_threads = 1024;
+      detail::softmax_test_caps().stream_l2_hints = true;
+      detail::softmax_test_caps().long_rows_streamed = true;
     }
   return 0;
 }

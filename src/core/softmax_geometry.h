@@ -124,6 +124,11 @@ struct SoftmaxGeometry {
   // the register path's 32-byte rows (H200: 46-53% -> 59-69% of copy, bench/NOTES.md,
   // session 21).
   bool stage_y = false;
+  // lastdim_block with streamed rows (chunks > 1, session 22): the first read of
+  // the row carries L2 evict_last, the write's re-read and the stores evict_first,
+  // so the re-read hits L2 where the rows of one wave hold more bytes than L2
+  // ([64, 262144]). Only 8- and 16-byte vector loads carry a policy.
+  bool l2_hints = false;
   // The staged kernel's form, for the instantiation: 0 register path, 1 staged
   // (x, or g and y), 2 staged y with g from global memory (stage_y).
   int staged_form() const { return !staged ? 0 : stage_y ? 2 : 1; }
@@ -273,10 +278,21 @@ struct SoftmaxTestCaps {
   // Session 7: few long last-dim rows streamed in two chunks (softmax_geometry,
   // lastdim_block; false: the resident split they had before).
   std::atomic<bool> long_rows_streamed{true};
+  // Session 22: streamed last-dim rows with L2 eviction priorities
+  // (SoftmaxGeometry::l2_hints; false: plain loads and stores, the benchmark's A/B).
+  std::atomic<bool> stream_l2_hints{true};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
   return caps;
+}
+
+// SoftmaxGeometry::l2_hints for a lastdim_block geometry: streamed rows whose
+// loads are 8- or 16-byte vectors, unless the test caps turn it off.
+inline bool softmax_stream_l2_hints(const SoftmaxGeometry& g, int es) {
+  const int vb = g.vec * es;
+  return g.kernel == SoftmaxKernel::Block && g.chunks > 1 && (vb == 8 || vb == 16) &&
+         softmax_test_caps().stream_l2_hints.load();
 }
 
 inline int64_t pow2_ceil(int64_t v) {
@@ -430,6 +446,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
         g.cluster = int(c);
         g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
         g.grid = std::min(g.work, max_clusters) * g.cluster;
+        g.l2_hints = softmax_stream_l2_hints(g, es);
         return g;
       }
     }
@@ -444,6 +461,7 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
       g.chunks = ceil_div(D, int64_t(g.cluster) * g.tx * per);
     }
     g.grid = std::min(g.work, max_clusters) * g.cluster;
+    g.l2_hints = softmax_stream_l2_hints(g, es);
     return g;
   }
   // spatial (at most 512 threads: its per-column statistics of V columns need

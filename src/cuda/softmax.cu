@@ -248,6 +248,7 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
     args.ty = g.ty;
     args.cluster = g.cluster;
     args.chunks = g.chunks;
+    args.l2_hints = g.l2_hints ? 1 : 0;
     args.work = g.work;
     args.krows = g.krows;
     args.stage_off = g.stage_offset(as);

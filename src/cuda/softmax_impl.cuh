@@ -74,6 +74,7 @@ struct Args {
   int64_t chunks = 1, work = 0;
   int krows = 0;           // staged spatial: rows per thread
   int64_t stage_off = 0;   // staged spatial: byte offset of the staged data in shared memory
+  int l2_hints = 0;        // lastdim_block, streamed rows: L2 eviction priorities (SoftmaxGeometry::l2_hints)
 };
 
 using KernelFn = void (*)(Args);
@@ -158,6 +159,51 @@ __device__ __forceinline__ R cluster_gather(const R* slot, int C, Op op) {
 
 // ---------------------------------------------------------------- row bodies
 
+// L2 eviction priorities (session 21, the stage_y backward; session 22, the
+// streamed last-dim rows): a policy for every access of an instruction
+// (createpolicy.fractional, fraction 1), and cp.async, vector loads and stores of
+// 8 or 16 bytes that carry one (.L2::cache_hint).
+__device__ __forceinline__ uint64_t l2_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+// One vector V of 8 or 16 bytes loaded / stored with a policy.
+template <class VT>
+__device__ __forceinline__ VT ld_hint(const VT* p, uint64_t pol) {
+  static_assert(sizeof(VT) == 16 || sizeof(VT) == 8, "8- or 16-byte vectors");
+  uint32_t w[sizeof(VT) / 4];
+  if constexpr (sizeof(VT) == 16) {
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "l"(p), "l"(pol));
+  } else {
+    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n" : "=r"(w[0]), "=r"(w[1]) : "l"(p), "l"(pol));
+  }
+  VT v;
+  memcpy(&v, w, sizeof(VT));
+  return v;
+}
+template <class VT>
+__device__ __forceinline__ void st_hint(VT* p, const VT& v, uint64_t pol) {
+  static_assert(sizeof(VT) == 16 || sizeof(VT) == 8, "8- or 16-byte vectors");
+  uint32_t w[sizeof(VT) / 4];
+  memcpy(w, &v, sizeof(VT));
+  if constexpr (sizeof(VT) == 16) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3]), "l"(pol)
+                 : "memory");
+  } else {
+    asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "l"(pol)
+                 : "memory");
+  }
+}
+
 // Loaded data as it arrived, widened to the accumulation type where each element
 // is used: 16-bit vectors as packed 32-bit words (two elements per register),
 // everything else one element per register. v3 widened at the load, so a 16-bit
@@ -181,6 +227,17 @@ struct Raw {
     const Vec<T, V> w = *p;
 #pragma unroll
     for (int i = 0; i < V; ++i) e[j * V + i] = w.v[i];
+  }
+  // The same load with an L2 eviction policy (8- and 16-byte vectors; narrower
+  // ones load without it).
+  __device__ __forceinline__ void load_hint(int j, const Vec<T, V>* p, uint64_t pol) {
+    if constexpr (sizeof(Vec<T, V>) == 16 || sizeof(Vec<T, V>) == 8) {
+      const Vec<T, V> w = ld_hint(p, pol);
+#pragma unroll
+      for (int i = 0; i < V; ++i) e[j * V + i] = w.v[i];
+    } else {
+      load(j, p);
+    }
   }
   __device__ __forceinline__ void pad(int j, T v) {
 #pragma unroll
@@ -262,6 +319,15 @@ struct Raw<T, V, N, true> {
 #pragma unroll
     for (int q = 0; q < W; ++q) u[j * W + q] = w.q[q];
   }
+  __device__ __forceinline__ void load_hint(int j, const Vec<T, V>* p, uint64_t pol) {
+    if constexpr (sizeof(Words) == 16 || sizeof(Words) == 8) {
+      const Words w = ld_hint(reinterpret_cast<const Words*>(p), pol);
+#pragma unroll
+      for (int q = 0; q < W; ++q) u[j * W + q] = w.q[q];
+    } else {
+      load(j, p);
+    }
+  }
   __device__ __forceinline__ void pad(int j, T v) {
     unsigned short b;
     memcpy(&b, &v, sizeof(b));
@@ -297,6 +363,17 @@ struct Raw<T, V, N, true> {
     for (int q = 0; q < N * W; ++q) asm volatile("" : "+r"(u[q]));
   }
 };
+
+// Streamed rows (chunks > 1) read their data twice: once for the statistics and
+// once more for the write. A context that can (lastdim_block, session 22) gives
+// those two phases L2 eviction priorities: keep = true before the first read
+// (evict_last), false before the re-read and the stores (evict_first), so the
+// re-read finds the row in L2 while the rows of one wave together hold more
+// bytes than L2 ([64, 262144]). Other contexts: nothing.
+template <class Cx>
+__device__ __forceinline__ void l2_phase(Cx& cx, bool keep) {
+  if constexpr (requires { cx.set_l2_phase(keep); }) cx.set_l2_phase(keep);
+}
 
 // A context gives: T, NS (stat slots per thread: 1, or V columns for spatial), EV,
 // Raw, load(which, chunk, raw, pad), store(chunk, f) (writes element k as f(k)),
@@ -367,6 +444,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
   }
 #pragma unroll
   for (int i = 0; i < NS; ++i) ms[i] = {ninf, A(0)};
+  l2_phase(cx, true);  // the first read: kept in L2 for the write's re-read
   for (I c = 0; c < I(cx.chunks); ++c) {
     cx.load(0, c, x, tninf);
     A cm[NS];
@@ -391,6 +469,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
     kk[i] = finite ? (Log ? ops::log_acc(ms[i].s) : A(1) / ms[i].s) : nan;
     rb[i] = finite ? ms[i].m : nan;
   }
+  l2_phase(cx, false);  // the re-read (the data's last use) and the stores: evicted first
   for (I c = 0; c < I(cx.chunks); ++c) {
     cx.load(0, c, x, tzero);
     cx.store(c, [&](int k) -> A {
@@ -422,6 +501,7 @@ __device__ __forceinline__ void bwd_body(Cx& cx) {
     cx.store(I(0), [&](int k) -> A { return Epi::apply(g[k], y[k], acc[k % NS]); });
     return;
   }
+  l2_phase(cx, true);
   for (I c = 0; c < I(cx.chunks); ++c) {
     cx.load(0, c, g, tzero);
     if constexpr (!Log) cx.load(1, c, y, tzero);
@@ -429,6 +509,7 @@ __device__ __forceinline__ void bwd_body(Cx& cx) {
     for (int k = 0; k < EV; ++k) acc[k % NS] += Log ? g[k] : g[k] * y[k];
   }
   cx.template reduce<A>(acc, SumOp{});
+  l2_phase(cx, false);
   for (I c = 0; c < I(cx.chunks); ++c) {
     cx.load(0, c, g, tzero);
     cx.load(1, c, y, tzero);
@@ -538,14 +619,23 @@ struct BlockCx {
   I D;
   int B, t, C, rank;
   int64_t chunks;
+  bool hints = false;  // SoftmaxGeometry::l2_hints: streamed rows' accesses carry pol
+  uint64_t pol = 0;
+  __device__ __forceinline__ void set_l2_phase(bool keep) {
+    if (hints) pol = keep ? l2_evict_last() : l2_evict_first();
+  }
   __device__ __forceinline__ I vidx(I c, int j) const { return ((c * I(C) + I(rank)) * I(NV) + I(j)) * I(B) + I(t); }
   __device__ __forceinline__ void load(int which, I c, Raw& r, T pad) const {
     const Vec<T, V>* p = reinterpret_cast<const Vec<T, V>*>(which ? b : a);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
       const I vi = vidx(c, j);
-      if (vi * I(V) < D) r.load(j, p + vi);
-      else r.pad(j, pad);
+      if (vi * I(V) < D) {
+        if (hints) r.load_hint(j, p + vi, pol);
+        else r.load(j, p + vi);
+      } else {
+        r.pad(j, pad);
+      }
     }
   }
   template <class F> __device__ __forceinline__ void store(I c, F f) const {
@@ -557,7 +647,12 @@ struct BlockCx {
         Vec<T, V> w;
 #pragma unroll
         for (int i = 0; i < V; ++i) w.v[i] = st<T>(f(j * V + i));
-        p[vi] = w;
+        if constexpr (sizeof(w) == 16 || sizeof(w) == 8) {
+          if (hints) st_hint(p + vi, w, pol);
+          else p[vi] = w;
+        } else {
+          p[vi] = w;
+        }
       }
     }
   }
@@ -604,7 +699,8 @@ __global__ void __launch_bounds__(1024) block_kernel(Args args) {
                         int(threadIdx.x),
                         C,
                         rank,
-                        args.chunks};
+                        args.chunks,
+                        args.l2_hints != 0};
     if constexpr (Fwd) fwd_body<Log, A>(cx);
     else bwd_body<Log, A>(cx);
   }
@@ -825,19 +921,6 @@ __device__ __forceinline__ void cp_async(void* dst, const void* src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// L2 eviction priorities (session 21, the stage_y backward): a policy for every
-// access of an instruction (createpolicy.fractional, fraction 1), and cp.async,
-// vector loads and stores of 8 or 16 bytes that carry one (.L2::cache_hint).
-__device__ __forceinline__ uint64_t l2_evict_last() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t l2_evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
 template <int B>
 __device__ __forceinline__ void cp_async_hint(void* dst, const void* src, uint64_t pol) {
   const unsigned sa = unsigned(__cvta_generic_to_shared(dst));
@@ -849,37 +932,6 @@ __device__ __forceinline__ void cp_async_hint(void* dst, const void* src, uint64
                  : "memory");
   }
 }
-// One vector V of 8 or 16 bytes loaded / stored with a policy.
-template <class VT>
-__device__ __forceinline__ VT ld_hint(const VT* p, uint64_t pol) {
-  static_assert(sizeof(VT) == 16 || sizeof(VT) == 8, "8- or 16-byte vectors");
-  uint32_t w[sizeof(VT) / 4];
-  if constexpr (sizeof(VT) == 16) {
-    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                 : "l"(p), "l"(pol));
-  } else {
-    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n" : "=r"(w[0]), "=r"(w[1]) : "l"(p), "l"(pol));
-  }
-  VT v;
-  memcpy(&v, w, sizeof(VT));
-  return v;
-}
-template <class VT>
-__device__ __forceinline__ void st_hint(VT* p, const VT& v, uint64_t pol) {
-  static_assert(sizeof(VT) == 16 || sizeof(VT) == 8, "8- or 16-byte vectors");
-  uint32_t w[sizeof(VT) / 4];
-  memcpy(w, &v, sizeof(VT));
-  if constexpr (sizeof(VT) == 16) {
-    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "r"(w[0]), "r"(w[1]),
-                 "r"(w[2]), "r"(w[3]), "l"(pol)
-                 : "memory");
-  } else {
-    asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "l"(pol)
-                 : "memory");
-  }
-}
-
 // Words of one staged vector of V 16-bit elements (V even): word q holds elements
 // 2q (low half) and 2q + 1.
 template <int V> struct alignas(2 * V) Words16 {

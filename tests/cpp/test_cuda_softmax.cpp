@@ -541,6 +541,7 @@ TYPED_TEST(CudaSoftmax, Staged16BitForwardWidthsAndBoundaries) {
 // chunk ending inside a cluster rank, scalar loads (D odd), i32 and i64, softmax
 // and log_softmax. The launch must be the streamed geometry, and the rule off must
 // give a resident one for the same shape. float64 is never streamed by the rule.
+// The streamed vector rows run with L2 eviction priorities (session 22).
 TYPED_TEST(CudaSoftmax, LongRowsStreamedInTwoChunks) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(707);
@@ -577,6 +578,11 @@ TYPED_TEST(CudaSoftmax, LongRowsStreamedInTwoChunks) {
       if (last == g.vec) kinds.insert(dn + "one vector in the second chunk");
       if (last % per_rank != 0) kinds.insert(dn + "second chunk ends inside a rank");
       if (g.vec == 1) kinds.insert(dn + "scalar");
+      // Session 22: vector loads of streamed rows carry L2 eviction priorities
+      // (SoftmaxGeometry::l2_hints); scalar loads do not.
+      EXPECT_EQ(g.l2_hints, g.vec > 1) << D;
+      EXPECT_FALSE(r.l2_hints) << D;
+      if (g.l2_hints) kinds.insert(dn + "l2 hints");
       for (bool f64 : {false, true})
         for (bool log : {false, true}) {
           ++streamed;
@@ -592,7 +598,8 @@ TYPED_TEST(CudaSoftmax, LongRowsStreamedInTwoChunks) {
   std::string all;
   for (const auto& k : kinds) all += k + ", ";
   for (const char* dn : {"fwd ", "bwd "})
-    for (const char* k : {"two full chunks", "one vector in the second chunk", "second chunk ends inside a rank", "scalar"})
+    for (const char* k : {"two full chunks", "one vector in the second chunk", "second chunk ends inside a rank", "scalar",
+                          "l2 hints"})
       EXPECT_TRUE(kinds.count(std::string(dn) + k)) << dn << k << " not reached; reached: " << all;
   EXPECT_GE(streamed, 4 * 2 * 4);
 }

@@ -625,12 +625,19 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
     EXPECT_EQ(g.cluster, l.cl_65536);
     EXPECT_EQ(g.chunks, 1);
     EXPECT_EQ(g.grid, 2048 * l.cl_65536);
+    EXPECT_FALSE(g.l2_hints);  // resident: read once
     g = geo({64, 262144}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
     EXPECT_EQ(g.cluster, l.cl_262144_streamed);
     EXPECT_EQ(g.tx, 512);
     EXPECT_EQ(g.chunks, 2);
     EXPECT_EQ(g.grid, 64 * l.cl_262144_streamed);
+    // Session 22: the re-read of a streamed row is kept in L2 by eviction
+    // priorities (16-byte vectors here); the test cap turns them off.
+    EXPECT_TRUE(g.l2_hints);
+    detail::softmax_test_caps().stream_l2_hints = false;
+    EXPECT_FALSE(geo({64, 262144}, -1, l.dt, l.dir).l2_hints);
+    detail::softmax_test_caps().stream_l2_hints = true;
     detail::softmax_test_caps().long_rows_streamed = false;
     g = geo({64, 262144}, -1, l.dt, l.dir);
     detail::softmax_test_caps().long_rows_streamed = true;
