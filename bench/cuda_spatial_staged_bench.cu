@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     Shape shape;
     int64_t dim;
   };
-  const std::vector<Case> cases = {
+  std::vector<Case> cases = {
       {"[32, 1000, 4096] dim 1", {32, 1000, 4096}, 1},
       {"[8192, 8192] dim 0", {8192, 8192}, 0},
       {"[64, 256, 56, 56] dim 1", {64, 256, 56, 56}, 1},
@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
     int max_threads = 1024;  // session 22: SoftmaxTestCaps::max_threads (smaller blocks, more cluster ranks)
     bool hints = true;       // session 22: SoftmaxTestCaps::stream_l2_hints
     bool streamed = true;    // SoftmaxTestCaps::long_rows_streamed (session 7's rule)
+    int b32 = 256;           // session 22: SoftmaxTestCaps::block_threads_fwd32 (512: the rule before)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -100,14 +101,16 @@ int main(int argc, char** argv) {
              {"default", 64 << 10, 0, 32, 128},
              {"nostagey", 64 << 10, 0, 32, 128, 0, 0, true, 2},
              {"stagey", 64 << 10, 0, 32, 128, 0, 0, true, 1}};
-  // Session 22 ("s22"): the last-dim block kernel: streamed rows with and without
+  // Session 22 ("s22"): the last-dim block kernel: the float32 forward's resident
+  // rows at 512 threads (b512, the rule before), streamed rows with and without
   // L2 eviction priorities (SoftmaxGeometry::l2_hints), without session 7's streaming
-  // rule, and the resident rows in blocks of 256 and 128 threads (twice and four
-  // times the cluster ranks, the same bytes per thread); last-dim cases only.
+  // rule, and every block capped at 256 and 128 threads (twice and four times the
+  // cluster ranks, the same bytes per thread); last-dim cases only.
   const bool s22 = argc > 2 && std::string(argv[2]) == "s22";
   if (s22)
     modes = {{"register", 0, 0, 32, 128},
              {"default", 64 << 10, 0, 32, 128},
+             {"b512", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 512},
              {"nohint", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, false},
              {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false},
              {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256},
@@ -116,6 +119,13 @@ int main(int argc, char** argv) {
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
                                {"forced", 64 << 10, 2, 32, 128}});
+  // s22: more last-dim row lengths around the float32 forward's 256-thread rule
+  // (resident rows of 2, 4, 8 and 16 blocks of 512 before it).
+  if (s22)
+    cases.insert(cases.end(), {{"[8192, 16384] dim -1", {8192, 16384}, -1},
+                               {"[4096, 32768] dim -1", {4096, 32768}, -1},
+                               {"[1024, 131072] dim -1", {1024, 131072}, -1},
+                               {"[256, 262144] dim -1", {256, 262144}, -1}});
   const DeviceRef gpu{Device::CUDA, 0};
   struct DT {
     DType t;
@@ -147,6 +157,7 @@ int main(int argc, char** argv) {
         caps.max_threads = m.max_threads;
         caps.stream_l2_hints = m.hints;
         caps.long_rows_streamed = m.streamed;
+        caps.block_threads_fwd32 = m.b32;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -205,6 +216,7 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().max_threads = 1024;
       detail::softmax_test_caps().stream_l2_hints = true;
       detail::softmax_test_caps().long_rows_streamed = true;
+      detail::softmax_test_caps().block_threads_fwd32 = 256;
     }
   return 0;
 }

@@ -43,8 +43,10 @@
 //   [16384, 4096] dim -1: lastdim_block, 1 block per row, grid 16384, resident
 //     (one read, one write): fp32 fwd V=4, EV=32, tx=128; fp32 bwd EV=16, tx=256;
 //     fp16 fwd V=8, EV=64, tx=64.
-//   [2048, 65536] dim -1: lastdim_block, tx=512; cluster 4 (fp32 fwd, 4*512*32 =
-//     65536), 2 (fp16 fwd), 8 (fp32 bwd), 4 (fp16 bwd); two blocks per SM.
+//   [2048, 65536] dim -1: lastdim_block, tx=512; cluster 2 (fp16 fwd), 8 (fp32
+//     bwd), 4 (fp16 bwd); two blocks per SM. fp32 fwd (session 22): tx=256,
+//     cluster 8 (8*256*32 = 65536), four blocks per SM.
+//     Streamed rows (chunks > 1) read with L2 eviction priorities (l2_hints).
 //   [64, 262144] dim -1: lastdim_block; resident it would be fp32 fwd and fp16
 //     bwd tx=512, cluster=16 (16*512*32 = 262144), fp16 fwd 512 x 8, fp32 bwd
 //     1024 x 16, in 2-8 waves of rows in lock step; session 7 streams it in two
@@ -281,6 +283,9 @@ struct SoftmaxTestCaps {
   // Session 22: streamed last-dim rows with L2 eviction priorities
   // (SoftmaxGeometry::l2_hints; false: plain loads and stores, the benchmark's A/B).
   std::atomic<bool> stream_l2_hints{true};
+  // Session 22: threads per block of the float32 forward's resident multi-block
+  // rows (lastdim_block; 512: the rule before session 22).
+  std::atomic<int> block_threads_fwd32{256};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
@@ -418,6 +423,18 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
     } else if (c_bt <= max_cluster) {
       g.tx = bt;
       g.cluster = int(c_bt);
+      // Session 22: the float32 forward's resident rows of more than one block
+      // run in blocks of 256 (twice the cluster ranks, the same 128 bytes per
+      // thread: four blocks per SM instead of two). H200, [2048, 65536]: 73.7 ->
+      // 83.8% of copy. The 16-bit forwards (twice the elements, so twice the exps,
+      // per byte) and the backwards lost at 256 and keep 512 (bench/NOTES.md,
+      // session 22).
+      const int b32 = std::min(caps.block_threads_fwd32.load(), bt);
+      const int64_t c32 = pow2_ceil(ceil_div(need, b32));
+      if (fwd && es == 4 && b32 >= 128 && b32 < bt && c32 <= max_cluster) {
+        g.tx = b32;
+        g.cluster = int(c32);
+      }
     } else if (c_max <= max_cluster) {
       g.tx = max_threads;
       g.cluster = int(c_max);

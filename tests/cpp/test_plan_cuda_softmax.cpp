@@ -613,19 +613,28 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   struct Long {
     DType dt;
     Direction dir;
-    int cl_65536, tx_262144, cl_262144, cl_262144_streamed;
+    int tx_65536, cl_65536, tx_262144, cl_262144, cl_262144_streamed;
   };
-  for (const Long& l : {Long{DType::Float32, Direction::Fwd, 4, 512, 16, 8}, Long{DType::Float32, kBwd, 8, 1024, 16, 16},
-                        Long{DType::Float16, Direction::Fwd, 2, 512, 8, 4}, Long{DType::Float16, kBwd, 4, 512, 16, 8},
-                        Long{DType::BFloat16, Direction::Fwd, 2, 512, 8, 4}, Long{DType::BFloat16, kBwd, 4, 512, 16, 8}}) {
+  // Session 22: the float32 forward's resident rows in blocks of 256 (cluster 8);
+  // SoftmaxTestCaps::block_threads_fwd32 = 512 gives the rule before (cluster 4).
+  for (const Long& l :
+       {Long{DType::Float32, Direction::Fwd, 256, 8, 512, 16, 8}, Long{DType::Float32, kBwd, 512, 8, 1024, 16, 16},
+        Long{DType::Float16, Direction::Fwd, 512, 2, 512, 8, 4}, Long{DType::Float16, kBwd, 512, 4, 512, 16, 8},
+        Long{DType::BFloat16, Direction::Fwd, 512, 2, 512, 8, 4}, Long{DType::BFloat16, kBwd, 512, 4, 512, 16, 8}}) {
     SCOPED_TRACE(std::string(dtype_name(l.dt)) + (l.dir == Direction::Fwd ? " fwd" : " bwd"));
     g = geo({2048, 65536}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
-    EXPECT_EQ(g.tx, 512);
+    EXPECT_EQ(g.tx, l.tx_65536);
     EXPECT_EQ(g.cluster, l.cl_65536);
     EXPECT_EQ(g.chunks, 1);
     EXPECT_EQ(g.grid, 2048 * l.cl_65536);
     EXPECT_FALSE(g.l2_hints);  // resident: read once
+    detail::softmax_test_caps().block_threads_fwd32 = 512;
+    const detail::SoftmaxGeometry g512 = geo({2048, 65536}, -1, l.dt, l.dir);
+    detail::softmax_test_caps().block_threads_fwd32 = 256;
+    EXPECT_EQ(g512.tx, 512);
+    EXPECT_EQ(g512.cluster * g512.tx, g.cluster * g.tx);  // the same threads per row
+    EXPECT_EQ(g512.chunks, 1);
     g = geo({64, 262144}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
     EXPECT_EQ(g.cluster, l.cl_262144_streamed);
@@ -651,8 +660,8 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   EXPECT_EQ(g.tx, 512);
   EXPECT_EQ(g.cluster, 2);
   g = geo({100, 16384 + 32}, -1, DType::Float32);  // just past one block of 512 x 32
-  EXPECT_EQ(g.tx, 512);
-  EXPECT_EQ(g.cluster, 2);
+  EXPECT_EQ(g.tx, 256);                             // the fp32 forward: blocks of 256 (session 22)
+  EXPECT_EQ(g.cluster, 4);
   g = geo({4, 16 * 1024 * 16 + 16}, -1, DType::Float32, kBwd);  // past 16 x 1024 x 16: streaming
   EXPECT_EQ(g.tx, 512);
   EXPECT_EQ(g.cluster, 16);
@@ -1089,10 +1098,12 @@ TEST(CudaSoftmaxPlan, LongRowsStreamedInTwoChunks) {
   // 16-bit fwd (4096 threads a row): 33 rows resident (one wave), 34 streamed.
   EXPECT_EQ(geo(33, 262144, DType::Float16, kFwd).chunks, 1);
   EXPECT_TRUE(streamed(geo(34, 262144, DType::BFloat16, kFwd)));
-  // Row length: fp32 fwd D = 65536 needs 4 blocks of 512 (resident); D = 65540
-  // needs 8: streamed as 4 x 512, chunks 2 (the second chunk holds 4 elements).
+  // Row length: fp32 fwd D = 65536 needs 4 blocks of 512 (resident; since
+  // session 22 as 8 blocks of 256); D = 65540 needs 8 of 512: streamed as 4 x 512,
+  // chunks 2 (the second chunk holds 4 elements).
   EXPECT_EQ(geo(64, 65536, DType::Float32, kFwd).chunks, 1);
-  EXPECT_EQ(geo(64, 65536, DType::Float32, kFwd).cluster, 4);
+  EXPECT_EQ(geo(64, 65536, DType::Float32, kFwd).cluster, 8);
+  EXPECT_EQ(geo(64, 65536, DType::Float32, kFwd).tx, 256);
   auto g = geo(64, 65540, DType::Float32, kFwd);
   EXPECT_TRUE(streamed(g));
   EXPECT_EQ(g.cluster, 4);
