@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
     bool hints = true;       // session 22: SoftmaxTestCaps::stream_l2_hints
     bool streamed = true;    // SoftmaxTestCaps::long_rows_streamed (session 7's rule)
     int b32 = 256;           // session 22: SoftmaxTestCaps::block_threads_fwd32 (512: the rule before)
+    bool fma16 = true;       // session 22: SoftmaxTestCaps::fwd16_fma
+    bool lastdim_only = false;  // s22: a mode of the last-dim block kernel only (spatial cases skip it)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -101,7 +103,9 @@ int main(int argc, char** argv) {
              {"default", 64 << 10, 0, 32, 128},
              {"nostagey", 64 << 10, 0, 32, 128, 0, 0, true, 2},
              {"stagey", 64 << 10, 0, 32, 128, 0, 0, true, 1}};
-  // Session 22 ("s22"): the last-dim block kernel: the float32 forward's resident
+  // Session 22 ("s22"): the 16-bit forwards without the FFMA form (noffma: the
+  // exps as before session 22; every case); the last-dim block kernel (last-dim
+  // cases only): the float32 forward's resident
   // rows at 512 threads (b512, the rule before), streamed rows with and without
   // L2 eviction priorities (SoftmaxGeometry::l2_hints), without session 7's streaming
   // rule, and every block capped at 256 and 128 threads (twice and four times the
@@ -110,11 +114,12 @@ int main(int argc, char** argv) {
   if (s22)
     modes = {{"register", 0, 0, 32, 128},
              {"default", 64 << 10, 0, 32, 128},
-             {"b512", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 512},
-             {"nohint", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, false},
-             {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false},
-             {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256},
-             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128}};
+             {"noffma", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, false},
+             {"b512", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 512, true, true},
+             {"nohint", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, false, true, 256, true, true},
+             {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false, 256, true, true},
+             {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256, true, true, 256, true, true},
+             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true}};
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -135,7 +140,6 @@ int main(int argc, char** argv) {
   for (const Case& c : cases)
     for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
       if (s21 && c.dim < 0) continue;  // the last-dim kernels have no staged form
-      if (s22 && c.dim >= 0) continue;
       const int64_t n = numel(c.shape);
       const int64_t es = dtype_size(dt.t);
       Tensor x = Tensor::empty(c.shape, dt.t, gpu), y = Tensor::empty(c.shape, dt.t, gpu);
@@ -145,6 +149,7 @@ int main(int argc, char** argv) {
       init_kernel<<<4096, 256>>>(g.data(), n, dt.code, 91, -1.f, 1.f);
       CK(cudaGetLastError());
       for (const Mode& m : modes) {
+        if (c.dim >= 0 && m.lastdim_only) continue;
         auto& caps = detail::softmax_test_caps();
         caps.stage_bytes = m.bytes;
         caps.stage_min_d = m.min_d;
@@ -158,6 +163,7 @@ int main(int argc, char** argv) {
         caps.stream_l2_hints = m.hints;
         caps.long_rows_streamed = m.streamed;
         caps.block_threads_fwd32 = m.b32;
+        caps.fwd16_fma = m.fma16;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -217,6 +223,7 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().stream_l2_hints = true;
       detail::softmax_test_caps().long_rows_streamed = true;
       detail::softmax_test_caps().block_threads_fwd32 = 256;
+      detail::softmax_test_caps().fwd16_fma = true;
     }
   return 0;
 }

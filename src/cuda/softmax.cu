@@ -249,6 +249,7 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
     args.cluster = g.cluster;
     args.chunks = g.chunks;
     args.l2_hints = g.l2_hints ? 1 : 0;
+    args.fwd16_fma = detail::softmax_test_caps().fwd16_fma.load() ? 1 : 0;
     args.work = g.work;
     args.krows = g.krows;
     args.stage_off = g.stage_offset(as);

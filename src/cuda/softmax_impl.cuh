@@ -75,6 +75,7 @@ struct Args {
   int krows = 0;           // staged spatial: rows per thread
   int64_t stage_off = 0;   // staged spatial: byte offset of the staged data in shared memory
   int l2_hints = 0;        // lastdim_block, streamed rows: L2 eviction priorities (SoftmaxGeometry::l2_hints)
+  int fwd16_fma = 1;       // 16-bit forward in the FFMA form (fma16_sum_base; 0: the form before session 22)
 };
 
 using KernelFn = void (*)(Args);
@@ -364,6 +365,43 @@ struct Raw<T, V, N, true> {
   }
 };
 
+// Session 22: the 16-bit forward's sum against a base sb in one FFMA per element
+// (first in staged_fwd16, session 8): e = 2^(x*log2e + nb) with nb = RN(-sb*log2e).
+// fma(x, log2e, nb) is (x - sb)*log2e + dd exactly before its one rounding, with
+// dd = sb*log2e + nb (nb's rounding error, exactly fma(sb, log2e, nb)), so every e
+// of a slot carries the same factor 2^dd, and corr = 2^-dd turns their sum into the
+// sum against sb. |dd| <= 2^-24 |sb log2e| < 2^-7 for |sb| <= 2^16: no term over-
+// or underflows because of it. float16 always takes it (|x| <= 65504; NaN and +inf
+// make the row NaN from the max alone); bfloat16 only where every slot's |sb| <=
+// 2^16. Returns false (nb unused, corr = 1) for other types, or when `on` is false
+// (SoftmaxTestCaps::fwd16_fma off: the benchmark's A/B).
+constexpr float kL2e = 1.4426950408889634f;
+template <class T, class A, int NS>
+__device__ __forceinline__ bool fma16_sum_base(const A (&sb)[NS], A (&nb)[NS], A (&corr)[NS], bool on) {
+  bool fast = sizeof(T) == 2 && on;
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    corr[i] = A(1);
+    nb[i] = A(0);
+  }
+  if constexpr (sizeof(T) == 2) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+      fast = fast && (std::is_same_v<T, __half> || fabsf(sb[i]) <= 65536.f);
+      nb[i] = __fmul_rn(-sb[i], kL2e);
+    }
+    if (fast) {
+#pragma unroll
+      for (int i = 0; i < NS; ++i) corr[i] = ex2_ftz(-__fmaf_rn(sb[i], kL2e, nb[i]));
+    }
+  }
+  return fast;
+}
+// log2 of a sum S >= 1 (lg2.approx: 2^-22 absolute error), for the exponent of the
+// 16-bit softmax write 2^((x - M)*log2e - log2 S).
+__device__ __forceinline__ float fast_log2(float s) { return __log2f(s); }
+__device__ __forceinline__ double fast_log2(double s) { return ::log2(s); }
+
 // Streamed rows (chunks > 1) read their data twice: once for the statistics and
 // once more for the write. A context that can (lastdim_block, session 22) gives
 // those two phases L2 eviction priorities: keep = true before the first read
@@ -379,7 +417,7 @@ __device__ __forceinline__ void l2_phase(Cx& cx, bool keep) {
 // Raw, load(which, chunk, raw, pad), store(chunk, f) (writes element k as f(k)),
 // reduce<R, Op>(R (&)[NS]), chunks. Element k belongs to slot k % NS.
 template <bool Log, class A, class Cx>
-__device__ __forceinline__ void fwd_body(Cx& cx) {
+__device__ __forceinline__ void fwd_body(Cx& cx, bool f16fast) {
   constexpr int EV = Cx::EV, NS = Cx::NS;
   using I = typename Cx::Index;
   using T = typename Cx::T;
@@ -414,12 +452,30 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
     // element, not two; 16 registers fit the 64-register bound there). Same
     // values: the write's recompute was bit-identical.
     constexpr bool kKeep = !Log && sizeof(T) == 2 && Cx::VEC % 2 == 0 && EV <= 16;  // packed vectors only
+    // Session 22: the 16-bit forward in fewer instructions per element (fma16_sum_base,
+    // the math of staged_fwd16): the sum's e = 2^(x*log2e + nb), one FFMA before the
+    // exp in place of a subtraction and a multiply, corrected once per slot; the
+    // softmax write y = 2^((x - M)*log2e - log2 S), one FFMA and the exp in place of
+    // a multiply, the exp and a multiply by exp(mt - M) / S.
+    A nb[NS], corr[NS];
+    const bool fast = fma16_sum_base<T>(sb, nb, corr, f16fast);
     A e[kKeep ? EV : 1];
+    if (fast) {
 #pragma unroll
-    for (int k = 0; k < EV; ++k) {
-      const A ek = dexp_elem<T>(x[k] - sb[k % NS]);
-      if constexpr (kKeep) e[k] = ek;
-      ms[k % NS].s += ek;
+      for (int k = 0; k < EV; ++k) {
+        const A ek = ex2_ftz(__fmaf_rn(x[k], kL2e, nb[k % NS]));
+        if constexpr (kKeep) e[k] = ek;
+        ms[k % NS].s += ek;
+      }
+#pragma unroll
+      for (int i = 0; i < NS; ++i) ms[i].s *= corr[i];
+    } else {
+#pragma unroll
+      for (int k = 0; k < EV; ++k) {
+        const A ek = dexp_elem<T>(x[k] - sb[k % NS]);
+        if constexpr (kKeep) e[k] = ek;
+        ms[k % NS].s += ek;
+      }
     }
     x.launder();
     cx.template reduce<MS<A>>(ms, MSOp{});
@@ -429,7 +485,18 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
       // finite, mt <= M, so the factor is in [0, 1] (0 for an all -inf slot) and
       // S >= 1 (the max's own term is exp(0) = 1, never rescaled).
       const bool finite = (ms[i].m - ms[i].m == A(0));
-      kk[i] = finite ? (Log ? ops::log_acc(ms[i].s) : dexp(mt[i] - ms[i].m) / ms[i].s) : nan;
+      if constexpr (Log) {
+        kk[i] = finite ? ops::log_acc(ms[i].s) : nan;
+      } else if constexpr (kKeep) {
+        // kept e carry the factor 2^dd of the fast sum: corr (1 otherwise) takes it out
+        kk[i] = finite ? dexp(mt[i] - ms[i].m) / ms[i].s * corr[i] : nan;
+      } else if constexpr (sizeof(T) == 2) {
+        // the write from M and S alone (sb and corr are dead after the sum: fewer
+        // registers live across the reduction)
+        kk[i] = finite ? (fast ? -fast_log2(ms[i].s) : A(1) / ms[i].s) : nan;
+      } else {
+        kk[i] = finite ? dexp(mt[i] - ms[i].m) / ms[i].s : nan;
+      }
       rb[i] = ms[i].m;
     }
     cx.store(I(0), [&](int k) -> A {
@@ -437,7 +504,13 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
         return e[k] * kk[k % NS];
       } else {
         const A xv = x[k];
-        return Log ? (xv - rb[k % NS]) - kk[k % NS] : dexp_elem<T>(xv - sb[k % NS]) * kk[k % NS];
+        if constexpr (Log) {
+          return (xv - rb[k % NS]) - kk[k % NS];
+        } else if constexpr (sizeof(T) == 2) {
+          return fast ? ex2_ftz(__fmaf_rn(xv - rb[k % NS], kL2e, kk[k % NS])) : dexp_elem<T>(xv - rb[k % NS]) * kk[k % NS];
+        } else {
+          return dexp_elem<T>(xv - sb[k % NS]) * kk[k % NS];
+        }
       }
     });
     return;
@@ -459,14 +532,27 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
       ms[i].m = cm[i];
       sb[i] = ops::sum_base(cm[i]);
     }
+    A nb[NS], corr[NS];
+    if (fma16_sum_base<T>(sb, nb, corr, f16fast)) {  // session 22: as the resident sum, per chunk
+      A cs[NS];
 #pragma unroll
-    for (int k = 0; k < EV; ++k) ms[k % NS].s += dexp_elem<T>(x[k] - sb[k % NS]);
+      for (int i = 0; i < NS; ++i) cs[i] = A(0);
+#pragma unroll
+      for (int k = 0; k < EV; ++k) cs[k % NS] += ex2_ftz(__fmaf_rn(x[k], kL2e, nb[k % NS]));
+#pragma unroll
+      for (int i = 0; i < NS; ++i) ms[i].s += cs[i] * corr[i];
+    } else {
+#pragma unroll
+      for (int k = 0; k < EV; ++k) ms[k % NS].s += dexp_elem<T>(x[k] - sb[k % NS]);
+    }
   }
   cx.template reduce<MS<A>>(ms, MSOp{});
+  // The 16-bit softmax write as the resident one: 2^((x - M)*log2e - log2 S).
+  const bool wfast = sizeof(T) == 2 && f16fast;
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const bool finite = (ms[i].m - ms[i].m == A(0));
-    kk[i] = finite ? (Log ? ops::log_acc(ms[i].s) : A(1) / ms[i].s) : nan;
+    kk[i] = finite ? (Log ? ops::log_acc(ms[i].s) : wfast ? -fast_log2(ms[i].s) : A(1) / ms[i].s) : nan;
     rb[i] = finite ? ms[i].m : nan;
   }
   l2_phase(cx, false);  // the re-read (the data's last use) and the stores: evicted first
@@ -474,7 +560,9 @@ __device__ __forceinline__ void fwd_body(Cx& cx) {
     cx.load(0, c, x, tzero);
     cx.store(c, [&](int k) -> A {
       const A xv = x[k];
-      return Log ? (xv - rb[k % NS]) - kk[k % NS] : dexp_elem<T>(xv - rb[k % NS]) * kk[k % NS];
+      if (Log) return (xv - rb[k % NS]) - kk[k % NS];
+      if (wfast) return ex2_ftz(__fmaf_rn(xv - rb[k % NS], kL2e, kk[k % NS]));
+      return dexp_elem<T>(xv - rb[k % NS]) * kk[k % NS];
     });
   }
 }
@@ -593,7 +681,7 @@ __global__ void __launch_bounds__(256) warp_kernel(Args args) {
                        lanes,
                        lane,
                        active};
-    if constexpr (Fwd) fwd_body<Log, A>(cx);
+    if constexpr (Fwd) fwd_body<Log, A>(cx, args.fwd16_fma != 0);
     else bwd_body<Log, A>(cx);
   }
 }
@@ -701,7 +789,7 @@ __global__ void __launch_bounds__(1024) block_kernel(Args args) {
                         rank,
                         args.chunks,
                         args.l2_hints != 0};
-    if constexpr (Fwd) fwd_body<Log, A>(cx);
+    if constexpr (Fwd) fwd_body<Log, A>(cx, args.fwd16_fma != 0);
     else bwd_body<Log, A>(cx);
   }
 }
@@ -904,7 +992,7 @@ __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
                           rank,
                           active,
                           args.chunks};
-    if constexpr (Fwd) fwd_body<Log, A>(cx);
+    if constexpr (Fwd) fwd_body<Log, A>(cx, args.fwd16_fma != 0);
     else bwd_body<Log, A>(cx);
   }
 }
@@ -964,7 +1052,6 @@ __device__ __forceinline__ void staged_fwd16(const Vec<T, V>* s0, int ks, int na
   constexpr int U = 16 / V;  // rows per unrolled step: 16 elements (V = 8 at 4 rows: 64 registers and a spill)
   using Wd = Words16<V>;
   const T* tag = nullptr;
-  constexpr float kL2e = 1.4426950408889634f;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const Wd* s = reinterpret_cast<const Wd*>(s0);
   MS<float> ms[V];

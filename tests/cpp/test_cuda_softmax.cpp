@@ -448,6 +448,76 @@ TYPED_TEST(CudaSoftmax, StagedBackwardYAlone) {
   EXPECT_GE(*clusters.rbegin(), 8);
 }
 
+// Session 22: the 16-bit forward of the register kernels in the FFMA form
+// (fma16_sum_base in src/cuda/softmax_impl.cuh: the sum's e = 2^(x log2e + nb)
+// corrected per slot, the write 2^((x - M) log2e - log2 S)) and with it off
+// (SoftmaxTestCaps::fwd16_fma = false: the form before), on every register kernel
+// and form: lastdim_warp with kept e (D <= 512) and recomputed (D = 1000),
+// lastdim_block resident (clusters through the thread cap) and streamed (two
+// chunks: the caps of LongRowsStreamedInTwoChunks), the spatial register kernel
+// at short and long columns (staging off); x around 0, 1000 and 30000 (float16: nb rounds by up
+// to 2^-8) and for bfloat16 around 10^6 (|sb| > 2^16: the form before, per
+// thread); the special columns of make_input in each; softmax and log_softmax,
+// i32 and i64; each against the float64 reference and the CPU backend.
+TYPED_TEST(CudaSoftmax, Register16BitForwardFmaForm) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(2222);
+  const bool b16 = std::is_same_v<TypeParam, bfloat16_t>;
+  struct S {
+    Geo geo;
+    int max_threads = 1024;
+    int sm_count = 1 << 20;
+  };
+  const std::vector<S> cases = {
+      {{{7, 300}, -1}},                   // warp, kept e
+      {{{5, 1000}, -1}},                  // warp, recomputed
+      {{{3, 9000}, -1}, 64},              // block, resident, cluster
+      {{{5, 40000}, -1}, 64, 1},          // block, streamed
+      {{{3, 4, 40}, 1}},                  // spatial, short columns
+      {{{2, 300, 24}, 1}, 1024, 1 << 20}  // spatial, long columns
+  };
+  std::set<std::string> kernels;
+  for (const S& c : cases)
+    for (double off : {0.0, 1000.0, b16 ? 1.0e6 : 30000.0})
+      for (bool on : {true, false}) {
+        auto& caps = detail::softmax_test_caps();
+        struct Reset {
+          ~Reset() {
+            auto& caps = detail::softmax_test_caps();
+            caps.max_threads = 1024;
+            caps.sm_count = 1 << 20;
+            caps.fwd16_fma = true;
+            caps.stage_bytes = int64_t(64) << 10;
+            input_offset() = 0.0;
+          }
+        } reset;
+        caps.stage_bytes = 0;  // the spatial register kernel at every column length
+        caps.max_threads = c.max_threads;
+        caps.sm_count = c.sm_count;
+        caps.fwd16_fma = on;
+        input_offset() = off;
+        for (bool f64 : {false, true})
+          for (bool log : {false, true}) {
+            SCOPED_TRACE(std::string(on ? "fma form" : "form before") + " offset " + std::to_string(off));
+            std::string path;
+            run_case<TypeParam>(c.geo, log, Direction::Fwd, f64, rng, nullptr, &path);
+            const SoftmaxProblem p =
+                make_softmax_problem(c.geo.shape, c.geo.dim, dtype_of<TypeParam>(), Direction::Fwd, log, Backend::CUDA);
+            const detail::SoftmaxGeometry g = detail::softmax_geometry(p);
+            EXPECT_FALSE(g.staged) << path;
+            kernels.insert(path.substr(path.find(".cuda.") + 6, path.rfind('.') - path.find(".cuda.") - 6) +
+                           (g.chunks > 1 ? " streamed" : "") + (g.cluster > 1 ? " cluster" : ""));
+          }
+      }
+  std::string all;
+  for (const auto& k : kernels) all += k + ", ";
+  EXPECT_TRUE(kernels.count("spatial")) << all;
+  EXPECT_TRUE(kernels.count("lastdim_block streamed cluster")) << all;
+  if (dtype_size(dtype_of<TypeParam>()) <= 4)  // float64 (EV 8) sends the short rows to the block kernel
+    for (const char* k : {"lastdim_warp", "lastdim_block cluster"})
+      EXPECT_TRUE(kernels.count(k)) << k << " not reached; reached: " << all;
+}
+
 // Session 8: the 16-bit staged forward (staged_fwd16: packed max, exact-offset
 // sum, (M, S) write; V = 8 with a reduce-scatter, V = 4) at both vector widths
 // (SoftmaxTestCaps::stage_vec16_fwd; float32 runs the same cases on its own
