@@ -286,9 +286,9 @@ struct SoftmaxTestCaps {
   // Session 22: threads per block of the float32 forward's resident multi-block
   // rows (lastdim_block; 512: the rule before session 22).
   std::atomic<int> block_threads_fwd32{256};
-  // Session 22: the 16-bit forward's exps in the FFMA form (register kernels:
-  // fma16_sum_base in src/cuda/softmax_impl.cuh; false: the form before, the
-  // benchmark's A/B and the tests' comparison of the two).
+  // Session 22: the float16 forward's exps in the FFMA form (register kernels:
+  // fma16_sum_base in src/cuda/softmax_impl.cuh; bfloat16 never; false: the form
+  // before, the benchmark's A/B and the tests' comparison of the two).
   std::atomic<bool> fwd16_fma{true};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {

@@ -370,26 +370,29 @@ struct Raw<T, V, N, true> {
 // fma(x, log2e, nb) is (x - sb)*log2e + dd exactly before its one rounding, with
 // dd = sb*log2e + nb (nb's rounding error, exactly fma(sb, log2e, nb)), so every e
 // of a slot carries the same factor 2^dd, and corr = 2^-dd turns their sum into the
-// sum against sb. |dd| <= 2^-24 |sb log2e| < 2^-7 for |sb| <= 2^16: no term over-
-// or underflows because of it. float16 always takes it (|x| <= 65504; NaN and +inf
-// make the row NaN from the max alone); bfloat16 only where every slot's |sb| <=
-// 2^16. Returns false (nb unused, corr = 1) for other types, or when `on` is false
-// (SoftmaxTestCaps::fwd16_fma off: the benchmark's A/B).
+// sum against sb. |dd| <= 2^-24 |sb log2e| < 2^-7 for |sb| <= 65504 (float16's
+// range; NaN and +inf make the row NaN from the max alone): no term over- or
+// underflows because of it. float16 only (kFma16): on the H200 it measured 0.98-1.07x
+// the time of the form before on the register kernels (the spatial short columns
+// gained 5%, with fewer spilled registers), while bfloat16 in this form (its slots
+// with |sb| <= 2^16) ran 1.05-1.17x slower on the block and spatial kernels, so
+// bfloat16 keeps the form before (bench/NOTES.md, session 22). Returns false (nb
+// unused, corr = 1) for other types, or when `on` is false (SoftmaxTestCaps::fwd16_fma
+// off: the benchmark's A/B).
 constexpr float kL2e = 1.4426950408889634f;
+template <class T>
+inline constexpr bool kFma16 = std::is_same_v<T, __half>;
 template <class T, class A, int NS>
 __device__ __forceinline__ bool fma16_sum_base(const A (&sb)[NS], A (&nb)[NS], A (&corr)[NS], bool on) {
-  bool fast = sizeof(T) == 2 && on;
+  bool fast = kFma16<T> && on;
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     corr[i] = A(1);
     nb[i] = A(0);
   }
-  if constexpr (sizeof(T) == 2) {
+  if constexpr (kFma16<T>) {
 #pragma unroll
-    for (int i = 0; i < NS; ++i) {
-      fast = fast && (std::is_same_v<T, __half> || fabsf(sb[i]) <= 65536.f);
-      nb[i] = __fmul_rn(-sb[i], kL2e);
-    }
+    for (int i = 0; i < NS; ++i) nb[i] = __fmul_rn(-sb[i], kL2e);
     if (fast) {
 #pragma unroll
       for (int i = 0; i < NS; ++i) corr[i] = ex2_ftz(-__fmaf_rn(sb[i], kL2e, nb[i]));
@@ -452,7 +455,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx, bool f16fast) {
     // element, not two; 16 registers fit the 64-register bound there). Same
     // values: the write's recompute was bit-identical.
     constexpr bool kKeep = !Log && sizeof(T) == 2 && Cx::VEC % 2 == 0 && EV <= 16;  // packed vectors only
-    // Session 22: the 16-bit forward in fewer instructions per element (fma16_sum_base,
+    // Session 22: the float16 forward in fewer instructions per element (fma16_sum_base,
     // the math of staged_fwd16): the sum's e = 2^(x*log2e + nb), one FFMA before the
     // exp in place of a subtraction and a multiply, corrected once per slot; the
     // softmax write y = 2^((x - M)*log2e - log2 S), one FFMA and the exp in place of
@@ -490,7 +493,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx, bool f16fast) {
       } else if constexpr (kKeep) {
         // kept e carry the factor 2^dd of the fast sum: corr (1 otherwise) takes it out
         kk[i] = finite ? dexp(mt[i] - ms[i].m) / ms[i].s * corr[i] : nan;
-      } else if constexpr (sizeof(T) == 2) {
+      } else if constexpr (kFma16<T>) {
         // the write from M and S alone (sb and corr are dead after the sum: fewer
         // registers live across the reduction)
         kk[i] = finite ? (fast ? -fast_log2(ms[i].s) : A(1) / ms[i].s) : nan;
@@ -506,7 +509,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx, bool f16fast) {
         const A xv = x[k];
         if constexpr (Log) {
           return (xv - rb[k % NS]) - kk[k % NS];
-        } else if constexpr (sizeof(T) == 2) {
+        } else if constexpr (kFma16<T>) {
           return fast ? ex2_ftz(__fmaf_rn(xv - rb[k % NS], kL2e, kk[k % NS])) : dexp_elem<T>(xv - rb[k % NS]) * kk[k % NS];
         } else {
           return dexp_elem<T>(xv - sb[k % NS]) * kk[k % NS];
@@ -548,7 +551,7 @@ __device__ __forceinline__ void fwd_body(Cx& cx, bool f16fast) {
   }
   cx.template reduce<MS<A>>(ms, MSOp{});
   // The 16-bit softmax write as the resident one: 2^((x - M)*log2e - log2 S).
-  const bool wfast = sizeof(T) == 2 && f16fast;
+  const bool wfast = kFma16<T> && f16fast;
 #pragma unroll
   for (int i = 0; i < NS; ++i) {
     const bool finite = (ms[i].m - ms[i].m == A(0));

@@ -448,7 +448,7 @@ TYPED_TEST(CudaSoftmax, StagedBackwardYAlone) {
   EXPECT_GE(*clusters.rbegin(), 8);
 }
 
-// Session 22: the 16-bit forward of the register kernels in the FFMA form
+// Session 22: the float16 forward of the register kernels in the FFMA form
 // (fma16_sum_base in src/cuda/softmax_impl.cuh: the sum's e = 2^(x log2e + nb)
 // corrected per slot, the write 2^((x - M) log2e - log2 S)) and with it off
 // (SoftmaxTestCaps::fwd16_fma = false: the form before), on every register kernel
@@ -456,8 +456,8 @@ TYPED_TEST(CudaSoftmax, StagedBackwardYAlone) {
 // lastdim_block resident (clusters through the thread cap) and streamed (two
 // chunks: the caps of LongRowsStreamedInTwoChunks), the spatial register kernel
 // at short and long columns (staging off); x around 0, 1000 and 30000 (float16: nb rounds by up
-// to 2^-8) and for bfloat16 around 10^6 (|sb| > 2^16: the form before, per
-// thread); the special columns of make_input in each; softmax and log_softmax,
+// to 2^-8; the other dtypes run the same cases in their one form: bfloat16 keeps
+// the form before, measured faster); the special columns of make_input in each; softmax and log_softmax,
 // i32 and i64; each against the float64 reference and the CPU backend.
 TYPED_TEST(CudaSoftmax, Register16BitForwardFmaForm) {
   SKIP_WITHOUT_GPU();
