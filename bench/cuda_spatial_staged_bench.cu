@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
     int b32 = 256;           // session 22: SoftmaxTestCaps::block_threads_fwd32 (512: the rule before)
     bool fma16 = true;       // session 22: SoftmaxTestCaps::fwd16_fma
     bool lastdim_only = false;  // s22: a mode of the last-dim block kernel only (spatial cases skip it)
+    int max_cluster = 16;       // s22: SoftmaxTestCaps::max_cluster (1: a row in one block, streamed past it)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -108,8 +109,10 @@ int main(int argc, char** argv) {
   // cases only): the float32 forward's resident
   // rows at 512 threads (b512, the rule before), streamed rows with and without
   // L2 eviction priorities (SoftmaxGeometry::l2_hints), without session 7's streaming
-  // rule, and every block capped at 256 and 128 threads (twice and four times the
-  // cluster ranks, the same bytes per thread); last-dim cases only.
+  // rule, every block capped at 256 and 128 threads (twice and four times the
+  // cluster ranks, the same bytes per thread), and rows without clusters (c1s: one
+  // block of <= 512 per row, streamed where it does not hold the row; c1r: blocks of
+  // up to 1024); last-dim cases only.
   const bool s22 = argc > 2 && std::string(argv[2]) == "s22";
   if (s22)
     modes = {{"register", 0, 0, 32, 128},
@@ -119,7 +122,9 @@ int main(int argc, char** argv) {
              {"nohint", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, false, true, 256, true, true},
              {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false, 256, true, true},
              {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256, true, true, 256, true, true},
-             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true}};
+             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true},
+             {"c1s", 64 << 10, 0, 32, 128, 0, 0, true, 0, 512, true, true, 256, true, true, 1},
+             {"c1r", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 1}};
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -164,6 +169,7 @@ int main(int argc, char** argv) {
         caps.long_rows_streamed = m.streamed;
         caps.block_threads_fwd32 = m.b32;
         caps.fwd16_fma = m.fma16;
+        caps.max_cluster = m.max_cluster;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -224,6 +230,7 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().long_rows_streamed = true;
       detail::softmax_test_caps().block_threads_fwd32 = 256;
       detail::softmax_test_caps().fwd16_fma = true;
+      detail::softmax_test_caps().max_cluster = 16;
     }
   return 0;
 }
