@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
     bool fma16 = true;       // session 22: SoftmaxTestCaps::fwd16_fma
     bool lastdim_only = false;  // s22: a mode of the last-dim block kernel only (spatial cases skip it)
     int max_cluster = 16;       // s22: SoftmaxTestCaps::max_cluster (1: a row in one block, streamed past it)
+    bool one_block16 = true;    // s22: SoftmaxTestCaps::fwd16_rows_one_block (false: the rule before)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -112,7 +113,8 @@ int main(int argc, char** argv) {
   // rule, every block capped at 256 and 128 threads (twice and four times the
   // cluster ranks, the same bytes per thread), and rows without clusters (c1s: one
   // block of <= 512 per row, streamed where it does not hold the row; c1r: blocks of
-  // up to 1024); last-dim cases only.
+  // up to 1024; c2r16: the 16-bit forward's rows of two blocks of 512 resident in a
+  // cluster of 2, the rule before fwd16_rows_one_block); last-dim cases only.
   const bool s22 = argc > 2 && std::string(argv[2]) == "s22";
   if (s22)
     modes = {{"register", 0, 0, 32, 128},
@@ -123,6 +125,7 @@ int main(int argc, char** argv) {
              {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false, 256, true, true},
              {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256, true, true, 256, true, true},
              {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true},
+             {"c2r16", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 16, false},
              {"c1s", 64 << 10, 0, 32, 128, 0, 0, true, 0, 512, true, true, 256, true, true, 1},
              {"c1r", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 1}};
   if (argc > 2 && std::string(argv[2]) == "all")
@@ -170,6 +173,7 @@ int main(int argc, char** argv) {
         caps.block_threads_fwd32 = m.b32;
         caps.fwd16_fma = m.fma16;
         caps.max_cluster = m.max_cluster;
+        caps.fwd16_rows_one_block = m.one_block16;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -231,6 +235,7 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().block_threads_fwd32 = 256;
       detail::softmax_test_caps().fwd16_fma = true;
       detail::softmax_test_caps().max_cluster = 16;
+      detail::softmax_test_caps().fwd16_rows_one_block = true;
     }
   return 0;
 }

@@ -43,9 +43,10 @@
 //   [16384, 4096] dim -1: lastdim_block, 1 block per row, grid 16384, resident
 //     (one read, one write): fp32 fwd V=4, EV=32, tx=128; fp32 bwd EV=16, tx=256;
 //     fp16 fwd V=8, EV=64, tx=64.
-//   [2048, 65536] dim -1: lastdim_block, tx=512; cluster 2 (fp16 fwd), 8 (fp32
-//     bwd), 4 (fp16 bwd); two blocks per SM. fp32 fwd (session 22): tx=256,
-//     cluster 8 (8*256*32 = 65536), four blocks per SM.
+//   [2048, 65536] dim -1: lastdim_block, tx=512; cluster 8 (fp32 bwd), 4 (fp16
+//     bwd); two blocks per SM. fp32 fwd (session 22): tx=256, cluster 8 (8*256*32
+//     = 65536), four blocks per SM. 16-bit fwd (session 22): one block of 512 per
+//     row, 2 chunks of 512*64 (was: cluster 2, resident).
 //     Streamed rows (chunks > 1) read with L2 eviction priorities (l2_hints).
 //   [64, 262144] dim -1: lastdim_block; resident it would be fp32 fwd and fp16
 //     bwd tx=512, cluster=16 (16*512*32 = 262144), fp16 fwd 512 x 8, fp32 bwd
@@ -290,6 +291,9 @@ struct SoftmaxTestCaps {
   // fma16_sum_base in src/cuda/softmax_impl.cuh; bfloat16 never; false: the form
   // before, the benchmark's A/B and the tests' comparison of the two).
   std::atomic<bool> fwd16_fma{true};
+  // Session 22: the 16-bit forward's rows of two blocks of 512 streamed through one
+  // block (lastdim_block; false: the resident cluster of 2, the rule before).
+  std::atomic<bool> fwd16_rows_one_block{true};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
@@ -438,6 +442,16 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
       if (fwd && es == 4 && b32 >= 128 && b32 < bt && c32 <= max_cluster) {
         g.tx = b32;
         g.cluster = int(c32);
+      }
+      // Session 22: the 16-bit forward's rows of two blocks of 512 (D <= 2 x 512 x
+      // EV) stream in two chunks through one block instead (no cluster; the second
+      // read from L2 under l2_hints). H200, [2048, 65536]: cluster 2 72.9-77.4% of
+      // copy, one block 81.9-82.0%. Longer rows lost in one block (4 chunks, [1024,
+      // 131072]: 72 -> 66%), and so did the backwards and float32 (bench/NOTES.md,
+      // session 22). Few rows get their cluster back below (fill the GPU).
+      if (fwd && es == 2 && c_bt == 2 && caps.fwd16_rows_one_block.load()) {
+        g.cluster = 1;
+        g.chunks = ceil_div(D, int64_t(g.tx) * per);
       }
     } else if (c_max <= max_cluster) {
       g.tx = max_threads;

@@ -454,7 +454,8 @@ TYPED_TEST(CudaSoftmax, StagedBackwardYAlone) {
 // (SoftmaxTestCaps::fwd16_fma = false: the form before), on every register kernel
 // and form: lastdim_warp with kept e (D <= 512) and recomputed (D = 1000),
 // lastdim_block resident (clusters through the thread cap) and streamed (two
-// chunks: the caps of LongRowsStreamedInTwoChunks), the spatial register kernel
+// chunks: the caps of LongRowsStreamedInTwoChunks; and one block of 512 in two
+// chunks, the 16-bit rule of session 22), the spatial register kernel
 // at short and long columns (staging off); x around 0, 1000 and 30000 (float16: nb rounds by up
 // to 2^-8; the other dtypes run the same cases in their one form: bfloat16 keeps
 // the form before, measured faster); the special columns of make_input in each; softmax and log_softmax,
@@ -473,6 +474,7 @@ TYPED_TEST(CudaSoftmax, Register16BitForwardFmaForm) {
       {{{5, 1000}, -1}},                  // warp, recomputed
       {{{3, 9000}, -1}, 64},              // block, resident, cluster
       {{{5, 40000}, -1}, 64, 1},          // block, streamed
+      {{{5, 65536}, -1}, 1024, 1},        // 16-bit: one block of 512, two chunks (session 22)
       {{{3, 4, 40}, 1}},                  // spatial, short columns
       {{{2, 300, 24}, 1}, 1024, 1 << 20}  // spatial, long columns
   };
@@ -516,6 +518,8 @@ TYPED_TEST(CudaSoftmax, Register16BitForwardFmaForm) {
   if (dtype_size(dtype_of<TypeParam>()) <= 4)  // float64 (EV 8) sends the short rows to the block kernel
     for (const char* k : {"lastdim_warp", "lastdim_block cluster"})
       EXPECT_TRUE(kernels.count(k)) << k << " not reached; reached: " << all;
+  if (dtype_size(dtype_of<TypeParam>()) == 2)  // a row of two blocks of 512 in one block (fwd16_rows_one_block)
+    EXPECT_TRUE(kernels.count("lastdim_block streamed")) << all;
 }
 
 // Session 8: the 16-bit staged forward (staged_fwd16: packed max, exact-offset

@@ -613,28 +613,42 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   struct Long {
     DType dt;
     Direction dir;
-    int tx_65536, cl_65536, tx_262144, cl_262144, cl_262144_streamed;
+    int tx_65536, cl_65536, ch_65536, tx_262144, cl_262144, cl_262144_streamed;
   };
   // Session 22: the float32 forward's resident rows in blocks of 256 (cluster 8);
   // SoftmaxTestCaps::block_threads_fwd32 = 512 gives the rule before (cluster 4).
+  // The 16-bit forward's rows of two blocks of 512 stream through one block in two
+  // chunks (SoftmaxTestCaps::fwd16_rows_one_block = false: the resident cluster 2).
   for (const Long& l :
-       {Long{DType::Float32, Direction::Fwd, 256, 8, 512, 16, 8}, Long{DType::Float32, kBwd, 512, 8, 1024, 16, 16},
-        Long{DType::Float16, Direction::Fwd, 512, 2, 512, 8, 4}, Long{DType::Float16, kBwd, 512, 4, 512, 16, 8},
-        Long{DType::BFloat16, Direction::Fwd, 512, 2, 512, 8, 4}, Long{DType::BFloat16, kBwd, 512, 4, 512, 16, 8}}) {
+       {Long{DType::Float32, Direction::Fwd, 256, 8, 1, 512, 16, 8}, Long{DType::Float32, kBwd, 512, 8, 1, 1024, 16, 16},
+        Long{DType::Float16, Direction::Fwd, 512, 1, 2, 512, 8, 4}, Long{DType::Float16, kBwd, 512, 4, 1, 512, 16, 8},
+        Long{DType::BFloat16, Direction::Fwd, 512, 1, 2, 512, 8, 4}, Long{DType::BFloat16, kBwd, 512, 4, 1, 512, 16, 8}}) {
     SCOPED_TRACE(std::string(dtype_name(l.dt)) + (l.dir == Direction::Fwd ? " fwd" : " bwd"));
     g = geo({2048, 65536}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
     EXPECT_EQ(g.tx, l.tx_65536);
     EXPECT_EQ(g.cluster, l.cl_65536);
-    EXPECT_EQ(g.chunks, 1);
+    EXPECT_EQ(g.chunks, l.ch_65536);
     EXPECT_EQ(g.grid, 2048 * l.cl_65536);
-    EXPECT_FALSE(g.l2_hints);  // resident: read once
+    EXPECT_EQ(g.l2_hints, l.ch_65536 > 1);  // resident rows are read once
     detail::softmax_test_caps().block_threads_fwd32 = 512;
+    detail::softmax_test_caps().fwd16_rows_one_block = false;
     const detail::SoftmaxGeometry g512 = geo({2048, 65536}, -1, l.dt, l.dir);
     detail::softmax_test_caps().block_threads_fwd32 = 256;
+    detail::softmax_test_caps().fwd16_rows_one_block = true;
     EXPECT_EQ(g512.tx, 512);
-    EXPECT_EQ(g512.cluster * g512.tx, g.cluster * g.tx);  // the same threads per row
-    EXPECT_EQ(g512.chunks, 1);
+    EXPECT_EQ(g512.chunks, 1);  // the rules before session 22: resident
+    EXPECT_EQ(g512.cluster * g512.tx, g.cluster * g.tx * g.chunks);  // the same threads x chunks per row
+    if (l.ch_65536 > 1) {
+      // Few rows keep the cluster (the rows do not fill the GPU in one block each).
+      const detail::SoftmaxGeometry few = geo({64, 65536}, -1, l.dt, l.dir);
+      EXPECT_EQ(few.chunks, 1);
+      EXPECT_EQ(few.cluster, 2);
+      // Rows past two blocks of 512 keep their cluster.
+      const detail::SoftmaxGeometry longer = geo({2048, 65536 + 8}, -1, l.dt, l.dir);
+      EXPECT_EQ(longer.chunks, 1);
+      EXPECT_EQ(longer.cluster, 4);
+    }
     g = geo({64, 262144}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
     EXPECT_EQ(g.cluster, l.cl_262144_streamed);
@@ -1108,10 +1122,11 @@ TEST(CudaSoftmaxPlan, LongRowsStreamedInTwoChunks) {
   EXPECT_TRUE(streamed(g));
   EXPECT_EQ(g.cluster, 4);
   EXPECT_EQ(int64_t(g.cluster) * g.tx * g.ev + 4, 65540);
-  // [2048, 65536] (16-62 waves) and [16384, 4096] keep their resident geometry.
+  // [2048, 65536] (16-62 waves) and [16384, 4096] are not streamed by this rule
+  // ([2048, 65536]'s 16-bit forward streams by session 22's one-block rule).
   for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
     for (Direction dir : {kFwd, kBwd}) {
-      EXPECT_EQ(geo(2048, 65536, dt, dir).chunks, 1);
+      EXPECT_EQ(geo(2048, 65536, dt, dir).chunks, dtype_size(dt) == 2 && dir == kFwd ? 2 : 1);
       EXPECT_EQ(geo(16384, 4096, dt, dir).chunks, 1);
     }
   // Scalar loads (D % V != 0, EV 16): [64, 262143] fp32 fwd, resident 1024 x 16,
