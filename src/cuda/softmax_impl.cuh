@@ -372,11 +372,12 @@ struct Raw<T, V, N, true> {
 // of a slot carries the same factor 2^dd, and corr = 2^-dd turns their sum into the
 // sum against sb. |dd| <= 2^-24 |sb log2e| < 2^-7 for |sb| <= 65504 (float16's
 // range; NaN and +inf make the row NaN from the max alone): no term over- or
-// underflows because of it. float16 only (kFma16): on the H200 it measured 0.98-1.07x
-// the time of the form before on the register kernels (the spatial short columns
-// gained 5%, with fewer spilled registers), while bfloat16 in this form (its slots
-// with |sb| <= 2^16) ran 1.05-1.17x slower on the block and spatial kernels, so
-// bfloat16 keeps the form before (bench/NOTES.md, session 22). Returns false (nb
+// underflows because of it. float16 only (kFma16): on the H200 it measured 0.89-1.00x
+// the time of the form before on the register kernels, back to back (long spatial
+// columns gained most, [128, 64, 8192] 0.89-0.92x, with fewer spilled registers; the
+// block kernel's rows 0.99-1.00x: they are not issue-bound), while bfloat16 in this
+// form (its slots with |sb| <= 2^16) ran 1.05-1.17x slower on the block and spatial
+// kernels, so bfloat16 keeps the form before (bench/NOTES.md, session 22). Returns false (nb
 // unused, corr = 1) for other types, or when `on` is false (SoftmaxTestCaps::fwd16_fma
 // off: the benchmark's A/B).
 constexpr float kL2e = 1.4426950408889634f;
