@@ -4,7 +4,7 @@
 // v5 register geometry), the outputs compared (max |staged - register|).
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr -I include -I . \
 //   bench/cuda_spatial_staged_bench.cu BUILD/libsegred.a -o spatial_staged_bench
-// Usage: spatial_staged_bench [REPS [all|s14|s21|s22]]. Prints one line per (case, dtype, dir, mode);
+// Usage: spatial_staged_bench [REPS [all|s14|s21|s22|s22rows]]. Prints one line per (case, dtype, dir, mode);
 // the backward's st is its staged form (0 register, 1 staged, 2 y alone: SoftmaxGeometry::staged_form).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -128,6 +128,21 @@ int main(int argc, char** argv) {
              {"c2r16", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 16, false},
              {"c1s", 64 << 10, 0, 32, 128, 0, 0, true, 0, 512, true, true, 256, true, true, 1},
              {"c1r", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 1}};
+  // Session 22 ("s22rows"): few long last-dim rows, rows x lengths, for a new form of
+  // session 7's streaming rule now that streamed rows carry L2 priorities: the
+  // default against no streaming rule (resident) and blocks capped at 256 / 128.
+  const bool s22rows = argc > 2 && std::string(argv[2]) == "s22rows";
+  if (s22rows) {
+    modes = {{"register", 0, 0, 32, 128},
+             {"default", 64 << 10, 0, 32, 128},
+             {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false, 256, true, true},
+             {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256, true, true, 256, true, true},
+             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true}};
+    cases.clear();
+    for (int64_t rows : {16, 32, 64, 128, 256})
+      for (int64_t D : {131072, 262144})
+        cases.push_back({nullptr, {rows, D}, -1});
+  }
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
                                {"bwdrow64", 64 << 10, 0, 32, 64}, {"bwdrow32", 64 << 10, 0, 32, 32},
@@ -145,6 +160,13 @@ int main(int argc, char** argv) {
     const char* name;
     int code;
   };
+  std::vector<std::string> names;  // s22rows: names of the generated cases
+  names.reserve(cases.size());
+  for (Case& c : cases)
+    if (c.name == nullptr) {
+      names.push_back("[" + std::to_string(c.shape[0]) + ", " + std::to_string(c.shape[1]) + "] dim -1");
+      c.name = names.back().c_str();
+    }
   for (const Case& c : cases)
     for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
       if (s21 && c.dim < 0) continue;  // the last-dim kernels have no staged form
