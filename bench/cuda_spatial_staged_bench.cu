@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
     bool lastdim_only = false;  // s22: a mode of the last-dim block kernel only (spatial cases skip it)
     int max_cluster = 16;       // s22: SoftmaxTestCaps::max_cluster (1: a row in one block, streamed past it)
     bool one_block16 = true;    // s22: SoftmaxTestCaps::fwd16_rows_one_block (false: the rule before)
+    bool rows16_before = false;  // s22rows: fwd16_block256 off and long_rows_streamed_bwd16 on (the rules before)
   };
   // Argument 2 "all": also the row-width and forced-staging variants (the default
   // policy is detail::softmax_geometry's).
@@ -130,18 +131,22 @@ int main(int argc, char** argv) {
              {"c1r", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 1}};
   // Session 22 ("s22rows"): few long last-dim rows, rows x lengths, for a new form of
   // session 7's streaming rule now that streamed rows carry L2 priorities: the
-  // default against no streaming rule (resident) and blocks capped at 256 / 128.
+  // default against no streaming rule (resident), blocks capped at 256 / 128, and
+  // (r16old, run 9 on) the rules before fwd16_block256 and long_rows_streamed_bwd16.
   const bool s22rows = argc > 2 && std::string(argv[2]) == "s22rows";
   if (s22rows) {
     modes = {{"register", 0, 0, 32, 128},
              {"default", 64 << 10, 0, 32, 128},
              {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false, 256, true, true},
              {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256, true, true, 256, true, true},
-             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true}};
+             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true},
+             {"r16old", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 16, true, true}};
     cases.clear();
     for (int64_t rows : {16, 32, 64, 128, 256})
       for (int64_t D : {131072, 262144})
         cases.push_back({nullptr, {rows, D}, -1});
+    for (int64_t rows : {512, 1024}) cases.push_back({nullptr, {rows, 131072}, -1});
+    cases.push_back({nullptr, {2048, 65544}, -1});
   }
   if (argc > 2 && std::string(argv[2]) == "all")
     modes.insert(modes.end(), {{"fwdrow128", 64 << 10, 0, 128, 128}, {"fwdrow64", 64 << 10, 0, 64, 128},
@@ -196,6 +201,8 @@ int main(int argc, char** argv) {
         caps.fwd16_fma = m.fma16;
         caps.max_cluster = m.max_cluster;
         caps.fwd16_rows_one_block = m.one_block16;
+        caps.fwd16_block256 = !m.rows16_before;
+        caps.long_rows_streamed_bwd16 = m.rows16_before;
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -258,6 +265,8 @@ int main(int argc, char** argv) {
       detail::softmax_test_caps().fwd16_fma = true;
       detail::softmax_test_caps().max_cluster = 16;
       detail::softmax_test_caps().fwd16_rows_one_block = true;
+      detail::softmax_test_caps().fwd16_block256 = true;
+      detail::softmax_test_caps().long_rows_streamed_bwd16 = false;
     }
   return 0;
 }

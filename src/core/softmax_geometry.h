@@ -294,6 +294,12 @@ struct SoftmaxTestCaps {
   // Session 22: the 16-bit forward's rows of two blocks of 512 streamed through one
   // block (lastdim_block; false: the resident cluster of 2, the rule before).
   std::atomic<bool> fwd16_rows_one_block{true};
+  // Session 22: the 16-bit forward's rows of more than two blocks of 512 in blocks
+  // of 256 (false: 512, the rule before).
+  std::atomic<bool> fwd16_block256{true};
+  // Session 22: session 7's streaming of few long rows applied to the 16-bit
+  // backward too (true: the rule before; false since session 22: resident).
+  std::atomic<bool> long_rows_streamed_bwd16{false};
 };
 inline SoftmaxTestCaps& softmax_test_caps() {
   static SoftmaxTestCaps caps;
@@ -422,7 +428,19 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
     // block's loads overlap the other's reduction (a 1024-thread block fills the
     // register file alone: v2's [2048, 65536] forward at 26-44% of copy). 1024
     // only when a resident row needs more than 16 blocks of 512.
-    const int bt = std::min(512, max_threads);
+    int bt = std::min(512, max_threads);
+    // Session 22: the 16-bit forward's rows of more than two blocks of 512 run in
+    // blocks of 256 (twice the cluster ranks; also in session 7's streamed form
+    // below), where 256 x 16 ranks still hold the row. H200, sweep s22rows (rows x
+    // lengths, back to back): 0.83-0.96x the time at 64-256 rows of 131072 and
+    // 262144, [1024, 131072] 0.95-0.97x; rows of one or two blocks of 512 lost at
+    // 256 ([4096, 32768]: 1.13-1.15x) and keep 512 (bench/NOTES.md, session 22).
+    {
+      const int b16 = std::min(256, max_threads);
+      if (fwd && es == 2 && b16 < bt && need > 2 * int64_t(bt) &&
+          pow2_ceil(ceil_div(need, b16)) <= max_cluster && caps.fwd16_block256.load())
+        bt = b16;
+    }
     const int64_t c_bt = pow2_ceil(ceil_div(need, bt));
     const int64_t c_max = pow2_ceil(ceil_div(need, max_threads));
     if (need <= bt) {
@@ -472,7 +490,10 @@ inline SoftmaxGeometry softmax_geometry(const SoftmaxProblem& p, bool aligned = 
     // L2: about 2 x 17 MB in flight on 132 SMs): half the waves, and a 1024-thread
     // resident row (fp32 bwd) runs as two blocks of 512 per SM. 2- and 4-byte types
     // (bench/notes-s7-cuda-softmax-longrows.md).
-    if (g.chunks == 1 && es <= 4 && caps.long_rows_streamed.load()) {
+    // Session 22: not the 16-bit backward (resident measured 0.91-1.01x the time of
+    // streamed at 32-256 rows of 131072 and 262144, sweep s22rows).
+    const bool stream_kind = es <= 4 && (fwd || es != 2 || caps.long_rows_streamed_bwd16.load());
+    if (g.chunks == 1 && stream_kind && caps.long_rows_streamed.load()) {
       const int64_t row_threads = int64_t(g.cluster) * g.tx;
       const int64_t all = g.work * row_threads, wave = int64_t(1024) * sms;
       const int64_t c = pow2_ceil(ceil_div(ceil_div(need, 2), bt));

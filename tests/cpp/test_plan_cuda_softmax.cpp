@@ -613,16 +613,20 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
   struct Long {
     DType dt;
     Direction dir;
-    int tx_65536, cl_65536, ch_65536, tx_262144, cl_262144, cl_262144_streamed;
+    int tx_65536, cl_65536, ch_65536, tx_262144, cl_262144;  // [64, 262144]: resident (rule off)
+    int tx_s, cl_s, ch_s;  // [64, 262144] by the rules: session 7's streaming (not the 16-bit bwd)
   };
   // Session 22: the float32 forward's resident rows in blocks of 256 (cluster 8);
   // SoftmaxTestCaps::block_threads_fwd32 = 512 gives the rule before (cluster 4).
   // The 16-bit forward's rows of two blocks of 512 stream through one block in two
   // chunks (SoftmaxTestCaps::fwd16_rows_one_block = false: the resident cluster 2).
   for (const Long& l :
-       {Long{DType::Float32, Direction::Fwd, 256, 8, 1, 512, 16, 8}, Long{DType::Float32, kBwd, 512, 8, 1, 1024, 16, 16},
-        Long{DType::Float16, Direction::Fwd, 512, 1, 2, 512, 8, 4}, Long{DType::Float16, kBwd, 512, 4, 1, 512, 16, 8},
-        Long{DType::BFloat16, Direction::Fwd, 512, 1, 2, 512, 8, 4}, Long{DType::BFloat16, kBwd, 512, 4, 1, 512, 16, 8}}) {
+       {Long{DType::Float32, Direction::Fwd, 256, 8, 1, 512, 16, 512, 8, 2},
+        Long{DType::Float32, kBwd, 512, 8, 1, 1024, 16, 512, 16, 2},
+        Long{DType::Float16, Direction::Fwd, 512, 1, 2, 256, 16, 256, 8, 2},
+        Long{DType::Float16, kBwd, 512, 4, 1, 512, 16, 512, 16, 1},
+        Long{DType::BFloat16, Direction::Fwd, 512, 1, 2, 256, 16, 256, 8, 2},
+        Long{DType::BFloat16, kBwd, 512, 4, 1, 512, 16, 512, 16, 1}}) {
     SCOPED_TRACE(std::string(dtype_name(l.dt)) + (l.dir == Direction::Fwd ? " fwd" : " bwd"));
     g = geo({2048, 65536}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
@@ -644,23 +648,35 @@ TEST(CudaSoftmaxPlan, WorkedExamples) {
       const detail::SoftmaxGeometry few = geo({64, 65536}, -1, l.dt, l.dir);
       EXPECT_EQ(few.chunks, 1);
       EXPECT_EQ(few.cluster, 2);
-      // Rows past two blocks of 512 keep their cluster.
+      // Rows past two blocks of 512 keep a cluster (of 256-thread blocks: fwd16_block256).
       const detail::SoftmaxGeometry longer = geo({2048, 65536 + 8}, -1, l.dt, l.dir);
       EXPECT_EQ(longer.chunks, 1);
-      EXPECT_EQ(longer.cluster, 4);
+      EXPECT_EQ(longer.tx, 256);
+      EXPECT_EQ(longer.cluster, 8);
     }
+    // [64, 262144]: session 7 streams it in two chunks, since session 22 the 16-bit
+    // forward in blocks of 256 (fwd16_block256) and not the 16-bit backward
+    // (long_rows_streamed_bwd16: resident).
     g = geo({64, 262144}, -1, l.dt, l.dir);
     EXPECT_EQ(g.kernel, detail::SoftmaxKernel::Block);
-    EXPECT_EQ(g.cluster, l.cl_262144_streamed);
-    EXPECT_EQ(g.tx, 512);
-    EXPECT_EQ(g.chunks, 2);
-    EXPECT_EQ(g.grid, 64 * l.cl_262144_streamed);
+    EXPECT_EQ(g.cluster, l.cl_s);
+    EXPECT_EQ(g.tx, l.tx_s);
+    EXPECT_EQ(g.chunks, l.ch_s);
+    EXPECT_EQ(g.grid, 64 * l.cl_s);
     // Session 22: the re-read of a streamed row is kept in L2 by eviction
     // priorities (16-byte vectors here); the test cap turns them off.
-    EXPECT_TRUE(g.l2_hints);
+    EXPECT_EQ(g.l2_hints, l.ch_s > 1);
     detail::softmax_test_caps().stream_l2_hints = false;
     EXPECT_FALSE(geo({64, 262144}, -1, l.dt, l.dir).l2_hints);
     detail::softmax_test_caps().stream_l2_hints = true;
+    // The rules before session 22: every 2- and 4-byte row streamed in blocks of 512.
+    detail::softmax_test_caps().fwd16_block256 = false;
+    detail::softmax_test_caps().long_rows_streamed_bwd16 = true;
+    const detail::SoftmaxGeometry before = geo({64, 262144}, -1, l.dt, l.dir);
+    detail::softmax_test_caps().fwd16_block256 = true;
+    detail::softmax_test_caps().long_rows_streamed_bwd16 = false;
+    EXPECT_EQ(before.tx, 512);
+    EXPECT_EQ(before.chunks, 2);
     detail::softmax_test_caps().long_rows_streamed = false;
     g = geo({64, 262144}, -1, l.dt, l.dir);
     detail::softmax_test_caps().long_rows_streamed = true;
@@ -1067,6 +1083,19 @@ TEST(CudaSoftmaxPlan, StagedSpatialGeometrySweep) {
 // old geometry with the hook off, and never for float64.
 TEST(CudaSoftmaxPlan, LongRowsStreamedInTwoChunks) {
   constexpr Direction kFwd = Direction::Fwd, kBwd = Direction::Bwd;
+  // Session 7's rule as such: without session 22's 16-bit changes to it (the
+  // 16-bit forward in blocks of 256, the 16-bit backward resident), which
+  // WorkedExamples and Session22LongRowRules assert.
+  struct Caps {
+    Caps() {
+      detail::softmax_test_caps().fwd16_block256 = false;
+      detail::softmax_test_caps().long_rows_streamed_bwd16 = true;
+    }
+    ~Caps() {
+      detail::softmax_test_caps().fwd16_block256 = true;
+      detail::softmax_test_caps().long_rows_streamed_bwd16 = false;
+    }
+  } caps;
   auto geo = [](int64_t rows, int64_t D, DType dt, Direction dir, bool log = false) {
     return detail::softmax_geometry(cuda_problem({rows, D}, -1, dir, log, dt));
   };
@@ -1179,6 +1208,55 @@ TEST(CudaSoftmaxPlan, LongRowsStreamedInTwoChunks) {
           expect_consistent(p);
         }
   EXPECT_GT(n, 40);
+}
+
+// Session 22's rules on few long last-dim rows (sweep s22rows, bench/NOTES.md):
+// the 16-bit forward's rows of more than two blocks of 512 take blocks of 256 where
+// 16 ranks of 256 hold the row, resident or in session 7's streamed form; rows of
+// one or two blocks keep 512 (two: one block in two chunks); the 16-bit backward is
+// not streamed by session 7's rule; float32 is unchanged by both.
+TEST(CudaSoftmaxPlan, Session22LongRowRules) {
+  auto geo = [](int64_t rows, int64_t D, DType dt, Direction dir) {
+    return detail::softmax_geometry(cuda_problem({rows, D}, -1, dir, false, dt));
+  };
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    // resident, 4 -> 8 ranks ([1024, 131072]: 2048 threads a row, > 8 waves)
+    auto g = geo(1024, 131072, dt, Direction::Fwd);
+    EXPECT_EQ(g.tx, 256);
+    EXPECT_EQ(g.cluster, 8);
+    EXPECT_EQ(g.chunks, 1);
+    // streamed by session 7's rule at 256: [128, 131072] -> 4 ranks of 256, 2 chunks
+    g = geo(128, 131072, dt, Direction::Fwd);
+    EXPECT_EQ(g.tx, 256);
+    EXPECT_EQ(g.cluster, 4);
+    EXPECT_EQ(g.chunks, 2);
+    EXPECT_TRUE(g.l2_hints);
+    // one and two blocks of 512 keep 512
+    EXPECT_EQ(geo(4096, 32768, dt, Direction::Fwd).tx, 512);
+    EXPECT_EQ(geo(2048, 65536, dt, Direction::Fwd).tx, 512);
+    // past 16 ranks of 256 (D = 2^19: 8192 threads): not this rule
+    g = geo(64, 524288, dt, Direction::Fwd);
+    EXPECT_NE(g.tx, 256);
+    // the backward: resident where session 7 streamed it
+    for (int64_t rows : {32, 64, 128, 256}) {
+      g = geo(rows, 262144, dt, Direction::Bwd);
+      EXPECT_EQ(g.chunks, 1) << rows;
+      EXPECT_FALSE(g.l2_hints) << rows;
+    }
+    // switches off: the rules before
+    detail::softmax_test_caps().fwd16_block256 = false;
+    detail::softmax_test_caps().long_rows_streamed_bwd16 = true;
+    EXPECT_EQ(geo(1024, 131072, dt, Direction::Fwd).tx, 512);
+    EXPECT_EQ(geo(64, 262144, dt, Direction::Bwd).chunks, 2);
+    detail::softmax_test_caps().fwd16_block256 = true;
+    detail::softmax_test_caps().long_rows_streamed_bwd16 = false;
+    expect_consistent(cuda_problem({128, 131072}, -1, Direction::Fwd, false, dt));
+    expect_consistent(cuda_problem({64, 262144}, -1, Direction::Bwd, false, dt));
+  }
+  // float32: neither rule
+  EXPECT_EQ(geo(64, 262144, DType::Float32, Direction::Bwd).chunks, 2);
+  EXPECT_EQ(geo(64, 262144, DType::Float32, Direction::Fwd).tx, 512);
 }
 
 TEST(CudaSoftmaxPlan, ForcedIndex64HookAndCapsShrink) {
