@@ -49,11 +49,13 @@
 //     row, 2 chunks of 512*64 (was: cluster 2, resident).
 //     Streamed rows (chunks > 1) read with L2 eviction priorities (l2_hints).
 //   [64, 262144] dim -1: lastdim_block; resident it would be fp32 fwd and fp16
-//     bwd tx=512, cluster=16 (16*512*32 = 262144), fp16 fwd 512 x 8, fp32 bwd
-//     1024 x 16, in 2-8 waves of rows in lock step; session 7 streams it in two
-//     chunks at half that capacity (long_rows_streamed): fp32 fwd and 16-bit bwd
-//     512 x 8 (grid 512), 16-bit fwd 512 x 4 (grid 256), fp32 bwd 512 x 16
-//     (grid 1024), chunks 2.
+//     bwd tx=512, cluster=16 (16*512*32 = 262144), fp16 fwd 256 x 16 (512 x 8
+//     before session 22), fp32 bwd 1024 x 16, in 2-8 waves of rows in lock step;
+//     session 7 streams it in two chunks at half that capacity (long_rows_streamed):
+//     fp32 fwd 512 x 8 (grid 512), fp32 bwd 512 x 16 (grid 1024), chunks 2; since
+//     session 22 the 16-bit fwd 256 x 8 (fwd16_block256; 512 x 4 before) and the
+//     16-bit bwd resident, 512 x 16 (long_rows_streamed_bwd16; 512 x 8 streamed
+//     before).
 //   [64, 256, 56, 56] fp16 dim 1: spatial staged (fwd and bwd), V=4 (8 bytes),
 //     tx=16 (64 columns, 128-byte rows), ty=16, krows=16: the [256 x 64] tile of
 //     a 256-thread block in 32 KB (fwd) / 64 KB (bwd, g and y), 3136 blocks.
