@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
   };
   struct Mode {
     const char* name;
-    int64_t bytes;
-    int min_d, row_fwd, row_bwd;
+    int64_t bytes = 64 << 10;                  // SoftmaxTestCaps::stage_bytes (0: staging off)
+    int min_d = 0, row_fwd = 32, row_bwd = 128;  // stage_min_d, stage_min_row_fwd / _bwd
     int vec16 = 0;  // session 8: SoftmaxTestCaps::stage_vec16_fwd (0: the rule, 4 / 8: forced)
     int short16 = 0;    // session 14: SoftmaxTestCaps::spatial_vec16_short (0: the rule, 4 / 8: forced)
     bool cache = true;  // session 14: SoftmaxTestCaps::launch_cache
@@ -120,15 +120,15 @@ int main(int argc, char** argv) {
   if (s22)
     modes = {{"register", 0, 0, 32, 128},
              {"default", 64 << 10, 0, 32, 128},
-             {"noffma", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, false},
-             {"b512", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 512, true, true},
-             {"nohint", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, false, true, 256, true, true},
-             {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false, 256, true, true},
-             {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256, true, true, 256, true, true},
-             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true},
-             {"c2r16", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 16, false},
-             {"c1s", 64 << 10, 0, 32, 128, 0, 0, true, 0, 512, true, true, 256, true, true, 1},
-             {"c1r", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 1}};
+             Mode{.name = "noffma", .fma16 = false},
+             Mode{.name = "b512", .b32 = 512, .lastdim_only = true},
+             Mode{.name = "nohint", .hints = false, .lastdim_only = true},
+             Mode{.name = "resident", .streamed = false, .lastdim_only = true},
+             Mode{.name = "t256", .max_threads = 256, .lastdim_only = true},
+             Mode{.name = "t128", .max_threads = 128, .lastdim_only = true},
+             Mode{.name = "c2r16", .lastdim_only = true, .one_block16 = false},
+             Mode{.name = "c1s", .max_threads = 512, .lastdim_only = true, .max_cluster = 1},
+             Mode{.name = "c1r", .lastdim_only = true, .max_cluster = 1}};
   // Session 22 ("s22rows"): few long last-dim rows, rows x lengths, for a new form of
   // session 7's streaming rule now that streamed rows carry L2 priorities: the
   // default against no streaming rule (resident), blocks capped at 256 / 128, and
@@ -137,10 +137,10 @@ int main(int argc, char** argv) {
   if (s22rows) {
     modes = {{"register", 0, 0, 32, 128},
              {"default", 64 << 10, 0, 32, 128},
-             {"resident", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, false, 256, true, true},
-             {"t256", 64 << 10, 0, 32, 128, 0, 0, true, 0, 256, true, true, 256, true, true},
-             {"t128", 64 << 10, 0, 32, 128, 0, 0, true, 0, 128, true, true, 256, true, true},
-             {"r16old", 64 << 10, 0, 32, 128, 0, 0, true, 0, 1024, true, true, 256, true, true, 16, true, true}};
+             Mode{.name = "resident", .streamed = false, .lastdim_only = true},
+             Mode{.name = "t256", .max_threads = 256, .lastdim_only = true},
+             Mode{.name = "t128", .max_threads = 128, .lastdim_only = true},
+             Mode{.name = "r16old", .lastdim_only = true, .rows16_before = true}};
     cases.clear();
     for (int64_t rows : {16, 32, 64, 128, 256})
       for (int64_t D : {131072, 262144})
@@ -159,6 +159,27 @@ int main(int argc, char** argv) {
                                {"[4096, 32768] dim -1", {4096, 32768}, -1},
                                {"[1024, 131072] dim -1", {1024, 131072}, -1},
                                {"[256, 262144] dim -1", {256, 262144}, -1}});
+  // The test caps of a mode (Mode{"default"}: the defaults).
+  auto apply = [](const Mode& m) {
+    auto& caps = detail::softmax_test_caps();
+    caps.stage_bytes = m.bytes;
+    caps.stage_min_d = m.min_d;
+    caps.stage_min_row_fwd = m.row_fwd;
+    caps.stage_min_row_bwd = m.row_bwd;
+    caps.stage_vec16_fwd = m.vec16;
+    caps.spatial_vec16_short = m.short16;
+    caps.launch_cache = m.cache;
+    caps.stage_y_bwd = m.stage_y;
+    caps.max_threads = m.max_threads;
+    caps.stream_l2_hints = m.hints;
+    caps.long_rows_streamed = m.streamed;
+    caps.block_threads_fwd32 = m.b32;
+    caps.fwd16_fma = m.fma16;
+    caps.max_cluster = m.max_cluster;
+    caps.fwd16_rows_one_block = m.one_block16;
+    caps.fwd16_block256 = !m.rows16_before;
+    caps.long_rows_streamed_bwd16 = m.rows16_before;
+  };
   const DeviceRef gpu{Device::CUDA, 0};
   struct DT {
     DType t;
@@ -185,24 +206,7 @@ int main(int argc, char** argv) {
       CK(cudaGetLastError());
       for (const Mode& m : modes) {
         if (c.dim >= 0 && m.lastdim_only) continue;
-        auto& caps = detail::softmax_test_caps();
-        caps.stage_bytes = m.bytes;
-        caps.stage_min_d = m.min_d;
-        caps.stage_min_row_fwd = m.row_fwd;
-        caps.stage_min_row_bwd = m.row_bwd;
-        caps.stage_vec16_fwd = m.vec16;
-        caps.spatial_vec16_short = m.short16;
-        caps.launch_cache = m.cache;
-        caps.stage_y_bwd = m.stage_y;
-        caps.max_threads = m.max_threads;
-        caps.stream_l2_hints = m.hints;
-        caps.long_rows_streamed = m.streamed;
-        caps.block_threads_fwd32 = m.b32;
-        caps.fwd16_fma = m.fma16;
-        caps.max_cluster = m.max_cluster;
-        caps.fwd16_rows_one_block = m.one_block16;
-        caps.fwd16_block256 = !m.rows16_before;
-        caps.long_rows_streamed_bwd16 = m.rows16_before;
+        apply(m);
         std::string path_f, path_b;
         {
           TraceSession t;
@@ -250,23 +254,7 @@ int main(int argc, char** argv) {
                     int(gb.l2_hints), double(db));
         std::fflush(stdout);
       }
-      detail::softmax_test_caps().stage_bytes = 64 << 10;
-      detail::softmax_test_caps().stage_min_d = 0;
-      detail::softmax_test_caps().stage_min_row_fwd = 32;
-      detail::softmax_test_caps().stage_min_row_bwd = 128;
-      detail::softmax_test_caps().stage_vec16_fwd = 0;
-      detail::softmax_test_caps().spatial_vec16_short = 0;
-      detail::softmax_test_caps().launch_cache = true;
-      detail::softmax_test_caps().stage_y_bwd = 0;
-      detail::softmax_test_caps().max_threads = 1024;
-      detail::softmax_test_caps().stream_l2_hints = true;
-      detail::softmax_test_caps().long_rows_streamed = true;
-      detail::softmax_test_caps().block_threads_fwd32 = 256;
-      detail::softmax_test_caps().fwd16_fma = true;
-      detail::softmax_test_caps().max_cluster = 16;
-      detail::softmax_test_caps().fwd16_rows_one_block = true;
-      detail::softmax_test_caps().fwd16_block256 = true;
-      detail::softmax_test_caps().long_rows_streamed_bwd16 = false;
+      apply(Mode{"default"});  // the caps back to their defaults
     }
   return 0;
 }
