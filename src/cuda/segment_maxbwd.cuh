@@ -52,6 +52,50 @@ __device__ __forceinline__ typename BwdFn<T, Idx>::Ctx maxmin_ctx(const BwdFn<T,
   return c;
 }
 
+// The gradient of a max/min (segment, feature) as its write loops use it (session
+// 23): the tied value computed once per segment (split: st(g / k), first/last:
+// st(g)), so a position costs a compare and a select. elem(split, j, raw) is
+// bitwise BwdFn::elem(maxmin_ctx(...), j, raw): a position that is not tied (or,
+// for first/last, not the one position `at`) gets st(A(0)) there as here, and a
+// segment that is not real has tied = st(A(0)). Before, the per-position elem
+// kept the real / kind / tie tests in the loop (ncu, H200, flat_maxmin_bwd fp32 on
+// 2M segments of 32: 18 instructions per position in the write walk, 28% of the
+// kernel's; bench/NOTES.md, session 23) and a feature lane kept V whole contexts
+// (g, y, statistic, flag) live through its row loop.
+template <class T, class Idx>
+struct MaxminOut {
+  using A = dacc_t<T>;
+  A y;
+  T tied;
+  Idx at;
+  __device__ __forceinline__ T elem(bool split, Idx j, T raw) const {
+    return ops::is_extremum(A(ld(raw)), y) && (split || j == at) ? tied : st<T>(A(0));
+  }
+};
+
+// f(std::true_type) for split, f(std::false_type) for first/last: the write loops
+// compiled once per form, so the position test leaves split's loop (walk 2 on
+// fp32: 12 instructions per position with the test, ptxas sm_90).
+template <class F>
+__device__ __forceinline__ void with_split(bool split, F&& f) {
+  if (split) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
+template <class T, class Idx>
+__device__ __forceinline__ MaxminOut<T, Idx> maxmin_out(const BwdFn<T, Idx>& bf, Idx v, Idx f, Idx stat) {
+  using A = dacc_t<T>;
+  const auto c = maxmin_ctx(bf, v, f, stat);
+  MaxminOut<T, Idx> m;
+  m.y = c.y;
+  m.at = stat;
+  m.tied = st<T>(!c.real ? A(0) : bf.tie == 0 ? c.g / A(c.stat) : c.g);
+  return m;
+}
+
 // Whether the carry of a tile whose open segment is t must be kept for the
 // repair: t crosses more than kShortFix tiles, so fixup_tree's phase 2 combines
 // its carries in place (the same test as its phase 1: the tile holding t's end
@@ -83,7 +127,8 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
     carry[w] = stat;  // the segment open at the tile's end
     if (keep_carry(q, i0, titems, U)) carry_keep[w] = stat;
   }
-  const auto c = maxmin_ctx(bf, i0, Idx(0), stat);
+  const auto m = maxmin_out(bf, i0, Idx(0), stat);
+  const bool split = bf.tie == 0;
   const int o = int(j0 % Idx(VE));
   const Idx jb = j0 - Idx(o);
   if (vx && aligned16_dev(gi)) {
@@ -93,7 +138,7 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
       const Vec<T, VE> v = load_vec<T, VE>(x + jb + Idx(rel));
       Vec<T, VE> out;
 #pragma unroll
-      for (int e = 0; e < VE; ++e) out.v[e] = bf.elem(c, jb + Idx(rel + e), v.v[e]);
+      for (int e = 0; e < VE; ++e) out.v[e] = m.elem(split, jb + Idx(rel + e), v.v[e]);
       if (rel >= o) {
         *reinterpret_cast<Vec<T, VE>*>(gi + jb + Idx(rel)) = out;
       } else {  // lane 0, round 0: the positions from o on are the tile's
@@ -105,13 +150,13 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
     if (lane == 0)
       for (int e = 0; e < o; ++e) {
         const Idx j = jb + Idx(kTile<T> + e);
-        gi[j] = bf.elem(c, j, x[j]);
+        gi[j] = m.elem(split, j, x[j]);
       }
   } else {  // misaligned x or gi: element loads and stores, the positions of the tile
 #pragma unroll 4
     for (int k = lane; k < kTile<T>; k += 32) {
       const Idx j = j0 + Idx(k);
-      gi[j] = bf.elem(c, j, x[j]);
+      gi[j] = m.elem(split, j, x[j]);
     }
   }
 }
@@ -206,6 +251,7 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
     if (keep_carry(q, t.i1, titems, U)) carry_keep[w] = val;  // fixup_tree overwrites long segments' carries
   }
   // Walk 2: gradients, in place in the staged tile (own positions only).
+  const bool split = bf.tie == 0;
   ti = ti0;
   tj = tj0;
   items = items0;
@@ -223,11 +269,13 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       stat = sf.identity();
       for (int k = 0; k < run; ++k) stat = sf.combine(stat, sf.value(c2, t.j0 + tj + k, t.s_x[spad<Raw>(base + k)]));
     }
-    const auto c = maxmin_ctx(bf, t.i0 + ti, Idx(0), stat);
-    for (int k = 0; k < run; ++k) {
-      const int sp = spad<Raw>(base + k);
-      t.s_x[sp] = bf.elem(c, t.j0 + tj + k, t.s_x[sp]);
-    }
+    const auto m = maxmin_out(bf, t.i0 + ti, Idx(0), stat);
+    with_split(split, [&](auto sp_c) {
+      for (int k = 0; k < run; ++k) {
+        const int sp = spad<Raw>(base + k);
+        t.s_x[sp] = m.elem(decltype(sp_c)::value, t.j0 + tj + k, t.s_x[sp]);
+      }
+    });
     tj += run;
     items -= run;
     if (items > 0) {
@@ -292,6 +340,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
   const bool crossing0 = q[i0] < j0;
+  const bool split = bf.tie == 0;
   const Raw* p = x + l.f0;
   Raw* po = gi + l.f0;
   Idx j = j0;
@@ -331,9 +380,9 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
 #pragma unroll
       for (int v = 0; v < V; ++v) head[l.w * inner + l.f0 + v] = acc[v];
     }
-    typename BwdFn<T, Idx>::Ctx b[V];
+    MaxminOut<T, Idx> b[V];
 #pragma unroll
-    for (int v = 0; v < V; ++v) b[v] = maxmin_ctx(bf, i, l.f0 + v, acc[v]);
+    for (int v = 0; v < V; ++v) b[v] = maxmin_out(bf, i, l.f0 + v, acc[v]);
     Idx jj = jb;
     constexpr int UW = V >= 8 ? 2 : 4;  // V = 8 (16-bit): 80 registers (3 blocks per SM) instead of 103 (2)
     for (; jj + UW <= e; jj += UW) {
@@ -344,7 +393,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       for (int u = 0; u < UW; ++u) {
         Vec<Raw, V> o;
 #pragma unroll
-        for (int v = 0; v < V; ++v) o.v[v] = bf.elem(b[v], jj + u, r[u].v[v]);
+        for (int v = 0; v < V; ++v) o.v[v] = b[v].elem(split, jj + u, r[u].v[v]);
         *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
       }
     }
@@ -352,7 +401,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
       Vec<Raw, V> o;
 #pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = bf.elem(b[v], jj, r.v[v]);
+      for (int v = 0; v < V; ++v) o.v[v] = b[v].elem(split, jj, r.v[v]);
       *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
     }
     if (i == i1) break;
