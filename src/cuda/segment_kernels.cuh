@@ -1125,6 +1125,13 @@ __device__ __forceinline__ FeatLane<Idx> feat_lane(int G, int V, Idx slabs) {
   return l;
 }
 
+// feat_next_end (session 23): the feature kernels (feat_reduce, feat_elementwise,
+// feat_maxmin_bwd) load the end of a tile's next segment, q[i + 2], before the
+// current segment's rows, so the load is in flight while they are. Before, each
+// segment began with q[i + 1] and only then its row loads, whose loop bound it is:
+// one L2 round trip in series per segment (2d_64kx16_f128: segments of 16 rows,
+// two rounds of 8 rows in flight, so that round trip was a third of a segment's
+// chain). The same values in the same order: the same results.
 template <class Fn, class Idx, int V>
 __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                    const Idx* __restrict__ q, Idx W, Idx slabs, int G, Idx inner,
@@ -1142,8 +1149,10 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
 #pragma unroll
   for (int v = 0; v < V; ++v) acc[v] = fn.identity();
   Idx j = j0;
+  Idx e_next = i0 < i1 ? q[i0 + 1] : j1;
   for (Idx i = i0;; ++i) {
-    const Idx e = i < i1 ? q[i + 1] : j1;
+    const Idx e = e_next;
+    e_next = i + 1 < i1 ? q[i + 2] : j1;  // in flight during this segment's rows (feat_next_end)
     typename Fn::Ctx c[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
@@ -1230,8 +1239,10 @@ __global__ void __launch_bounds__(256) feat_elementwise(Fn fn, const typename Fn
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
   const bool need_x = fn.needs_x();
   Idx j = j0;
+  Idx e_next = i0 < i1 ? q[i0 + 1] : j1;
   for (Idx i = i0; i <= i1; ++i) {
-    const Idx e = i < i1 ? q[i + 1] : j1;
+    const Idx e = e_next;
+    e_next = i + 1 < i1 ? q[i + 2] : j1;  // in flight during this segment's rows (feat_next_end)
     typename Fn::Ctx c[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);

@@ -96,6 +96,34 @@ __device__ __forceinline__ MaxminOut<T, Idx> maxmin_out(const BwdFn<T, Idx>& bf,
   return m;
 }
 
+// The feature kernel's write context: MaxminOut for 16-bit types, BwdFn's own
+// context (with its per-position elem) for float32 and float64. H200, session 23
+// (bench/NOTES.md), prebuilt benchmarks old / new alternated: with MaxminOut the
+// 16-bit feature backwards ran 0.72-0.99x (2d_exp40_f128 bf16 0.550 -> 0.396 ms:
+// 80 -> 64 registers, 3 -> 4 blocks per SM, the spill gone), but float32's ran
+// 1.00-1.12x (68 -> 64 registers, also 3 -> 4 blocks per SM); not profiled. The
+// likely cause: a lane re-reads its segment's rows for the write (from L1 at best),
+// and a third more resident warps leave less L1 per warp for that re-read.
+template <class T, class Idx>
+using FeatOut = std::conditional_t<sizeof(T) == 2, MaxminOut<T, Idx>, typename BwdFn<T, Idx>::Ctx>;
+template <class T, class Idx>
+__device__ __forceinline__ FeatOut<T, Idx> feat_out(const BwdFn<T, Idx>& bf, Idx v, Idx f, Idx stat) {
+  if constexpr (sizeof(T) == 2) {
+    return maxmin_out(bf, v, f, stat);
+  } else {
+    return maxmin_ctx(bf, v, f, stat);
+  }
+}
+template <class T, class Idx>
+__device__ __forceinline__ T out_elem(const BwdFn<T, Idx>&, const MaxminOut<T, Idx>& m, bool split, Idx j, T raw) {
+  return m.elem(split, j, raw);
+}
+template <class T, class Idx>
+__device__ __forceinline__ T out_elem(const BwdFn<T, Idx>& bf, const typename BwdFn<T, Idx>::Ctx& c, bool, Idx j,
+                                      T raw) {
+  return bf.elem(c, j, raw);
+}
+
 // Whether the carry of a tile whose open segment is t must be kept for the
 // repair: t crosses more than kShortFix tiles, so fixup_tree's phase 2 combines
 // its carries in place (the same test as its phase 1: the tile holding t's end
@@ -380,9 +408,9 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
 #pragma unroll
       for (int v = 0; v < V; ++v) head[l.w * inner + l.f0 + v] = acc[v];
     }
-    MaxminOut<T, Idx> b[V];
+    FeatOut<T, Idx> b[V];
 #pragma unroll
-    for (int v = 0; v < V; ++v) b[v] = maxmin_out(bf, i, l.f0 + v, acc[v]);
+    for (int v = 0; v < V; ++v) b[v] = feat_out<T, Idx>(bf, i, l.f0 + v, acc[v]);
     Idx jj = jb;
     constexpr int UW = V >= 8 ? 2 : 4;  // V = 8 (16-bit): 80 registers (3 blocks per SM) instead of 103 (2)
     for (; jj + UW <= e; jj += UW) {
@@ -393,7 +421,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       for (int u = 0; u < UW; ++u) {
         Vec<Raw, V> o;
 #pragma unroll
-        for (int v = 0; v < V; ++v) o.v[v] = b[v].elem(split, jj + u, r[u].v[v]);
+        for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj + u, r[u].v[v]);
         *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
       }
     }
@@ -401,7 +429,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
       Vec<Raw, V> o;
 #pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = b[v].elem(split, jj, r.v[v]);
+      for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj, r.v[v]);
       *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
     }
     if (i == i1) break;
