@@ -47,6 +47,7 @@
 #pragma once
 #include <cooperative_groups.h>
 
+#include <climits>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -1002,6 +1003,74 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
   fuse_fixup(fn, q, fz, w, val, t.i1, qo, hb != 0, t.i0, head_val, reread, pre, lane);
 }
 
+// flat_elementwise for a backward that reads no data (sum, mean), gi 16-byte
+// aligned (session 23). The gradient of a position is its segment's one value
+// (BwdFn::elem depends neither on the position nor on x there), so the tile is
+// written in the write-back's layout directly, without the walk: lanes k <= ns
+// put segment i0 + k's end (relative to j0) and its value, elem of its context,
+// in shared memory; then lane l writes vectors l, l + 32, ... of the tile's
+// 16-byte aligned span, finding the segment of the vector's first position by a
+// binary search over the ends and stepping over ends inside the vector. The same
+// elem per position: bitwise the walk's gi. ncu (H200, 1d_2Mx32 fp32 sum bwd,
+// bench/NOTES.md session 23): the walk form issued ~820 warp instructions per
+// tile of 512 (the merge split of the lane's items, the per-run loops, the
+// in-place shared writes, the per-element write-back), 134 us at 40% of DRAM.
+template <class Fn, class Idx>
+__device__ __forceinline__ void flat_fill_tile(const Fn& fn, typename Fn::Raw* __restrict__ gi,
+                                               const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
+                                               const Idx* __restrict__ tile_j, Idx w, unsigned char* smem_warp,
+                                               int lane) {
+  using Raw = typename Fn::Raw;
+  constexpr int VE = kVecE<Raw>;
+  Raw* s_v = reinterpret_cast<Raw*>(smem_warp);  // ns + 1 <= kTile + 1 values (s_x's room)
+  int16_t* s_e = reinterpret_cast<int16_t*>(smem_warp + size_t(kTilePadded<Raw>) * sizeof(Raw));
+  const Idx i0 = tile_i[w], j0 = tile_j[w];
+  const int ns = int(tile_i[w + 1] - i0), ne = int(tile_j[w + 1] - j0);
+  for (int k = lane; k <= ns; k += 32) {
+    if (k < ns) s_e[k] = int16_t(q[i0 + Idx(k + 1)] - j0);
+    s_v[k] = fn.elem(fn.ctx(i0 + Idx(k), 0), j0, Raw(0.0f));
+  }
+  __syncwarp();
+  const int o = int(j0 % Idx(VE));
+  Raw* gb = gi + (j0 - Idx(o));
+#pragma unroll 1
+  for (int r = 0; r < kStageRounds<Raw>; ++r) {
+    const int a = (r * 32 + lane) * VE;  // the vector's first slot; tile position a - o
+    if (a + VE <= o || a >= o + ne) continue;
+    const int p0 = a - o > 0 ? a - o : 0;
+    int lo = 0, hi = ns;  // the first k with s_e[k] > p0 (ns: none)
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (int(s_e[mid]) <= p0) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    int k = lo;
+    int nxt = k < ns ? int(s_e[k]) : INT_MAX;
+    Raw val = s_v[k];
+    Vec<Raw, VE> out;
+#pragma unroll
+    for (int e = 0; e < VE; ++e) {
+      const int p = a - o + e;
+      while (p >= nxt) {  // segment ends inside the vector (empty segments included)
+        ++k;
+        nxt = k < ns ? int(s_e[k]) : INT_MAX;
+        val = s_v[k];
+      }
+      out.v[e] = val;
+    }
+    if (a >= o && a + VE <= o + ne) {
+      *reinterpret_cast<Vec<Raw, VE>*>(gb + a) = out;
+    } else {
+#pragma unroll
+      for (int e = 0; e < VE; ++e)
+        if (a + e >= o && a + e < o + ne) gb[a + e] = out.v[e];
+    }
+  }
+}
+
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                         typename Fn::Raw* __restrict__ gi,
@@ -1015,6 +1084,10 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;
   const bool need_x = fn.needs_x();
+  if (!need_x && aligned16_dev(gi)) {  // sum, mean: flat_fill_tile (session 23)
+    flat_fill_tile(fn, gi, q, tile_i, tile_j, w, smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
+    return;
+  }
   // Vectors for both the staging and the write-back, or for neither (one layout).
   const bool vec = kFlatVec<Raw> && aligned16_dev(gi) && (!need_x || aligned16_dev(x));
   const auto t = flat_stage<Raw, Idx>(x, need_x, vec, nel, q, tile_i, tile_j, w,
@@ -1125,13 +1198,29 @@ __device__ __forceinline__ FeatLane<Idx> feat_lane(int G, int V, Idx slabs) {
   return l;
 }
 
-// feat_next_end (session 23): the feature kernels (feat_reduce, feat_elementwise,
-// feat_maxmin_bwd) load the end of a tile's next segment, q[i + 2], before the
-// current segment's rows, so the load is in flight while they are. Before, each
-// segment began with q[i + 1] and only then its row loads, whose loop bound it is:
-// one L2 round trip in series per segment (2d_64kx16_f128: segments of 16 rows,
-// two rounds of 8 rows in flight, so that round trip was a third of a segment's
-// chain). The same values in the same order: the same results.
+// feat_next_end (session 23): feat_reduce over 4- and 8-byte types loads the end
+// of a tile's next segment, q[i + 2], before the current segment's rows, so the
+// load is in flight while they are. Before, each segment began with q[i + 1] and
+// only then its row loads, whose loop bound it is: one L2 round trip in series
+// per segment. H200 (bench/NOTES.md, session 23, run 3; prebuilt benchmarks
+// alternated): float32 forwards 0.84-1.00x (2d_x16_f16 sum 0.0911 -> 0.0764 ms),
+// bfloat16 0.99-1.05x (max 1.02-1.05: not taken for 16-bit types; feat_elementwise
+// 0.99-1.03: not taken; feat_maxmin_bwd: 14 more registers in bf16, not taken).
+// float64 follows float32 (not timed). The same values in the same order.
+//
+// feat_tile_prefetch (session 23): a worker's rows [j0, j1) are one contiguous
+// range of x when the slab is the whole row (slabs == 1, vector loads: 16-byte
+// aligned rows); its first lane asks L2 for all of it at the tile's start
+// (prefetch_l2_bulk). ncu (run 3): feat_reduce spends 86-92% of its stall samples
+// waiting for row loads, ptxas keeps only 2-4 of the 8 rows of a round in flight
+// (it interleaves loads and uses to save registers), so a tile's rounds follow
+// each other at DRAM latency; with the tile in L2 they follow at L2 latency.
+template <class Raw, class Idx>
+__device__ __forceinline__ void feat_tile_prefetch(const Raw* x, Idx j0, Idx j1, Idx inner, Idx slabs, int V,
+                                                   int lig) {
+  if (lig != 0 || slabs != 1 || V == 1 || j1 <= j0) return;
+  prefetch_l2_bulk(x + j0 * inner, uint32_t((j1 - j0) * inner * Idx(sizeof(Raw))));
+}
 template <class Fn, class Idx, int V>
 __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                    const Idx* __restrict__ q, Idx W, Idx slabs, int G, Idx inner,
@@ -1144,15 +1233,22 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
+  feat_tile_prefetch(x, j0, j1, inner, slabs, V, l.lig);
   const bool crossing0 = q[i0] < j0;
   A acc[V];
 #pragma unroll
   for (int v = 0; v < V; ++v) acc[v] = fn.identity();
   Idx j = j0;
-  Idx e_next = i0 < i1 ? q[i0 + 1] : j1;
+  constexpr bool kNextEnd = sizeof(Raw) >= 4;  // feat_next_end: 16-bit max forwards lost 2-5% with it
+  Idx e_next = kNextEnd && i0 < i1 ? q[i0 + 1] : j1;
   for (Idx i = i0;; ++i) {
-    const Idx e = e_next;
-    e_next = i + 1 < i1 ? q[i + 2] : j1;  // in flight during this segment's rows (feat_next_end)
+    Idx e;
+    if constexpr (kNextEnd) {
+      e = e_next;
+      e_next = i + 1 < i1 ? q[i + 2] : j1;  // in flight during this segment's rows (feat_next_end)
+    } else {
+      e = i < i1 ? q[i + 1] : j1;
+    }
     typename Fn::Ctx c[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
@@ -1239,10 +1335,8 @@ __global__ void __launch_bounds__(256) feat_elementwise(Fn fn, const typename Fn
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
   const bool need_x = fn.needs_x();
   Idx j = j0;
-  Idx e_next = i0 < i1 ? q[i0 + 1] : j1;
   for (Idx i = i0; i <= i1; ++i) {
-    const Idx e = e_next;
-    e_next = i + 1 < i1 ? q[i + 2] : j1;  // in flight during this segment's rows (feat_next_end)
+    const Idx e = i < i1 ? q[i + 1] : j1;
     typename Fn::Ctx c[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
