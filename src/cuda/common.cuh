@@ -104,15 +104,6 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
-// Asks for the bytes [p, p + bytes) to be brought into L2 (a hint: nothing waits
-// for it, nothing can fault on it as long as the range lies in one allocation).
-// p 16-byte aligned, bytes a multiple of 16 (cp.async.bulk.prefetch, sm_90).
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (bytes > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // Whether the current device takes programmatic dependent launches (compute
 // capability 9.0 and newer), cached per device.
 inline bool pdl_supported() {

@@ -49,6 +49,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -1062,7 +1063,14 @@ __device__ __forceinline__ void flat_fill_tile(const Fn& fn, typename Fn::Raw* _
       out.v[e] = val;
     }
     if (a >= o && a + VE <= o + ne) {
-      *reinterpret_cast<Vec<Raw, VE>*>(gb + a) = out;
+      // One st.global.v4: written as a Vec or uint4 store, nvcc split it into 4-byte
+      // (float32) or 2-byte (16-bit) stores (PTX of run 4; bf16 ran 1.7-3.3x slower).
+      static_assert(sizeof(out) == sizeof(uint4), "16-byte vectors");
+      uint4 u;
+      memcpy(&u, &out, sizeof(u));
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(gb + a), "r"(u.x), "r"(u.y), "r"(u.z),
+                   "r"(u.w)
+                   : "memory");
     } else {
 #pragma unroll
       for (int e = 0; e < VE; ++e)
@@ -1084,7 +1092,10 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;
   const bool need_x = fn.needs_x();
-  if (!need_x && aligned16_dev(gi)) {  // sum, mean: flat_fill_tile (session 23)
+  // sum, mean, tiles that hold a segment end: flat_fill_tile (session 23). A tile
+  // inside one segment keeps the walk (one run; in run 4 of session 23 the fill
+  // form was 1.09-1.14x slower on the long-segment rows, not explained).
+  if (!need_x && aligned16_dev(gi) && tile_i[w + 1] != tile_i[w]) {
     flat_fill_tile(fn, gi, q, tile_i, tile_j, w, smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
     return;
   }
@@ -1208,19 +1219,11 @@ __device__ __forceinline__ FeatLane<Idx> feat_lane(int G, int V, Idx slabs) {
 // 0.99-1.03: not taken; feat_maxmin_bwd: 14 more registers in bf16, not taken).
 // float64 follows float32 (not timed). The same values in the same order.
 //
-// feat_tile_prefetch (session 23): a worker's rows [j0, j1) are one contiguous
-// range of x when the slab is the whole row (slabs == 1, vector loads: 16-byte
-// aligned rows); its first lane asks L2 for all of it at the tile's start
-// (prefetch_l2_bulk). ncu (run 3): feat_reduce spends 86-92% of its stall samples
-// waiting for row loads, ptxas keeps only 2-4 of the 8 rows of a round in flight
-// (it interleaves loads and uses to save registers), so a tile's rounds follow
-// each other at DRAM latency; with the tile in L2 they follow at L2 latency.
-template <class Raw, class Idx>
-__device__ __forceinline__ void feat_tile_prefetch(const Raw* x, Idx j0, Idx j1, Idx inner, Idx slabs, int V,
-                                                   int lig) {
-  if (lig != 0 || slabs != 1 || V == 1 || j1 <= j0) return;
-  prefetch_l2_bulk(x + j0 * inner, uint32_t((j1 - j0) * inner * Idx(sizeof(Raw))));
-}
+// Tried with it, measured slower and removed (run 4): the worker's first lane
+// asking L2 for the tile's whole row range at its start (cp.async.bulk.prefetch.L2):
+// feature forwards 1.18-1.42x, max backwards 1.04-1.25x, and ncu's DRAM throughput
+// rose while the kernel slowed (bf16 2d_64kx16_f128: 97 -> 123 us at 62 -> 69% DRAM):
+// more bytes from DRAM than the rows themselves.
 template <class Fn, class Idx, int V>
 __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                    const Idx* __restrict__ q, Idx W, Idx slabs, int G, Idx inner,
@@ -1233,7 +1236,6 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
-  feat_tile_prefetch(x, j0, j1, inner, slabs, V, l.lig);
   const bool crossing0 = q[i0] < j0;
   A acc[V];
 #pragma unroll

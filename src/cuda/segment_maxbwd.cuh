@@ -367,7 +367,6 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
-  feat_tile_prefetch(x, j0, j1, inner, slabs, V, l.lig);
   const bool crossing0 = q[i0] < j0;
   const bool split = bf.tie == 0;
   const Raw* p = x + l.f0;
