@@ -1092,10 +1092,14 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;
   if (w >= W) return;
   const bool need_x = fn.needs_x();
-  // sum, mean, tiles that hold a segment end: flat_fill_tile (session 23). A tile
-  // inside one segment keeps the walk (one run; in run 4 of session 23 the fill
-  // form was 1.09-1.14x slower on the long-segment rows, not explained).
-  if (!need_x && aligned16_dev(gi) && tile_i[w + 1] != tile_i[w]) {
+  // sum, mean: flat_fill_tile (session 23) for tiles that hold a segment end and
+  // whose segments average 4 positions or more. A tile inside one segment keeps
+  // the walk (one run there; in run 4 the fill was 1.09-1.14x slower on the
+  // long-segment rows, not explained), and so does a tile of mostly one-position
+  // segments (run 5: 1d_one2^26_1Mx1 bf16 sum bwd 1.095x with the fill, its
+  // tiles of ~512 segments of 1 stepping over an end at every position).
+  const Idx fill_ns = tile_i[w + 1] - tile_i[w], fill_ne = tile_j[w + 1] - tile_j[w];
+  if (!need_x && aligned16_dev(gi) && fill_ns > 0 && 4 * fill_ns <= fill_ne) {
     flat_fill_tile(fn, gi, q, tile_i, tile_j, w, smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
     return;
   }
