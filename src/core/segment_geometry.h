@@ -108,6 +108,11 @@ struct SegmentTestCaps {
   std::atomic<int> pdl{0};
   std::atomic<int> flat_direct{0};
   std::atomic<int> repair_tiles{0};  // > 0: tiles per warp of the flat max/min repair (1..32; 0: the rule)
+  // How the flat sum/mean backward writes a tile (session 24; flat_elementwise in
+  // src/cuda/segment_kernels.cuh): 0 the rule (flat_fill_tile for tiles with a segment
+  // end whose segments average >= 4 positions, the walk elsewhere), 1 the walk
+  // everywhere, 2 flat_fill_tile for every tile (gi 16-byte aligned). All give the same bits.
+  std::atomic<int> flat_fill{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;

@@ -1016,17 +1016,15 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
 // bench/NOTES.md session 23): the walk form issued ~820 warp instructions per
 // tile of 512 (the merge split of the lane's items, the per-run loops, the
 // in-place shared writes, the per-element write-back), 134 us at 40% of DRAM.
+// The tile: segments [i0, i0 + ns], positions [j0, j0 + ne) (the caller read them).
 template <class Fn, class Idx>
 __device__ __forceinline__ void flat_fill_tile(const Fn& fn, typename Fn::Raw* __restrict__ gi,
-                                               const Idx* __restrict__ q, const Idx* __restrict__ tile_i,
-                                               const Idx* __restrict__ tile_j, Idx w, unsigned char* smem_warp,
-                                               int lane) {
+                                               const Idx* __restrict__ q, Idx i0, Idx j0, int ns, int ne,
+                                               unsigned char* smem_warp, int lane) {
   using Raw = typename Fn::Raw;
   constexpr int VE = kVecE<Raw>;
   Raw* s_v = reinterpret_cast<Raw*>(smem_warp);  // ns + 1 <= kTile + 1 values (s_x's room)
   int16_t* s_e = reinterpret_cast<int16_t*>(smem_warp + size_t(kTilePadded<Raw>) * sizeof(Raw));
-  const Idx i0 = tile_i[w], j0 = tile_j[w];
-  const int ns = int(tile_i[w + 1] - i0), ne = int(tile_j[w + 1] - j0);
   for (int k = lane; k <= ns; k += 32) {
     if (k < ns) s_e[k] = int16_t(q[i0 + Idx(k + 1)] - j0);
     s_v[k] = fn.elem(fn.ctx(i0 + Idx(k), 0), j0, Raw(0.0f));
@@ -1079,12 +1077,14 @@ __device__ __forceinline__ void flat_fill_tile(const Fn& fn, typename Fn::Raw* _
   }
 }
 
+// fill (SegmentTestCaps::flat_fill): 0 the rule below, 1 the walk for every tile,
+// 2 flat_fill_tile for every tile it can write (sum/mean, gi 16-byte aligned).
 template <class Fn, class Idx>
 __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn::Raw* __restrict__ x,
                                                         typename Fn::Raw* __restrict__ gi,
                                                         const Idx* __restrict__ q, Idx W, Idx nel,
                                                         const Idx* __restrict__ tile_i,
-                                                        const Idx* __restrict__ tile_j) {
+                                                        const Idx* __restrict__ tile_j, int fill) {
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = typename Fn::Raw;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -1098,10 +1098,13 @@ __global__ void __launch_bounds__(256) flat_elementwise(Fn fn, const typename Fn
   // long-segment rows, not explained), and so does a tile of mostly one-position
   // segments (run 5: 1d_one2^26_1Mx1 bf16 sum bwd 1.095x with the fill, its
   // tiles of ~512 segments of 1 stepping over an end at every position).
-  const Idx fill_ns = tile_i[w + 1] - tile_i[w], fill_ne = tile_j[w + 1] - tile_j[w];
-  if (!need_x && aligned16_dev(gi) && fill_ns > 0 && 4 * fill_ns <= fill_ne) {
-    flat_fill_tile(fn, gi, q, tile_i, tile_j, w, smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
-    return;
+  if (!need_x && aligned16_dev(gi) && fill != 1) {
+    const Idx i0 = tile_i[w], j0 = tile_j[w];
+    const int ns = int(tile_i[w + 1] - i0), ne = int(tile_j[w + 1] - j0);
+    if (fill == 2 || (ns > 0 && 4 * ns <= ne)) {
+      flat_fill_tile(fn, gi, q, i0, j0, ns, ne, smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
+      return;
+    }
   }
   // Vectors for both the staging and the write-back, or for neither (one layout).
   const bool vec = kFlatVec<Raw> && aligned16_dev(gi) && (!need_x || aligned16_dev(x));
@@ -1213,6 +1216,44 @@ __device__ __forceinline__ FeatLane<Idx> feat_lane(int G, int V, Idx slabs) {
   return l;
 }
 
+// feat_async_rows (session 24): the vector feature kernels read a segment's rows
+// in rounds of kFeatRound, each round copied global -> shared by cp_async16 into
+// the lane's own slots (slot u of thread t at s[u * kBlock + t]: one 16-byte word
+// per thread and row, no bank conflict), then read back from there. Before, the
+// rows went to registers, and ptxas interleaved the 8 loads of a round with the
+// arithmetic that waits on them: 2-4 rows in flight per lane where 8 were written
+// (SASS of session 23; ncu: feat_reduce bf16 2d_64kx16_f128 86% of stall samples
+// long_scoreboard at 62% of DRAM bandwidth). A segment's last partial round is one
+// round trip as well (it was one per row). Same rows, same order: the same values.
+// 32 KB of shared memory per block of 256 threads.
+constexpr int kFeatRound = 8;
+template <class Raw, int V, class Idx>
+__device__ __forceinline__ const Vec<Raw, V>* feat_stage_rows(Vec<Raw, V>* s, const Raw* p, Idx inner, int n) {
+  Vec<Raw, V>* mine = s + threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < kFeatRound; ++u)
+    if (u < n) cp_async16(mine + u * detail::kBlock, p + Idx(u) * inner);
+  cp_async_wait_all();
+  return mine;
+}
+// A lane's rows [j, e) of one segment folded into acc (fn.combine of fn.value, row
+// order), in rounds through the slots; j ends at e. The last round stays in the slots.
+template <class Fn, class Raw, int V, class Idx, class Ctx, class A>
+__device__ __forceinline__ void feat_fold_rows(const Fn& fn, const Ctx (&c)[V], A (&acc)[V], Vec<Raw, V>* s,
+                                               const Raw* p, Idx inner, Idx& j, Idx e) {
+  for (; j < e; j += kFeatRound) {
+    const int n = e - j < kFeatRound ? int(e - j) : kFeatRound;
+    const Vec<Raw, V>* r = feat_stage_rows<Raw, V, Idx>(s, p + j * inner, inner, n);
+#pragma unroll
+    for (int u = 0; u < kFeatRound; ++u)
+      if (u < n) {
+        const Vec<Raw, V> ru = r[u * detail::kBlock];
+#pragma unroll
+        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, ru.v[v]));
+      }
+  }
+}
+
 // feat_next_end (session 23): feat_reduce over 4- and 8-byte types loads the end
 // of a tile's next segment, q[i + 2], before the current segment's rows, so the
 // load is in flight while they are. Before, each segment began with q[i + 1] and
@@ -1237,6 +1278,7 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
+  __shared__ Vec<Raw, V> s_rows[V > 1 ? kFeatRound * detail::kBlock : 1];  // feat_async_rows: 32 KB
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
@@ -1259,19 +1301,25 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
 #pragma unroll
     for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
     const Raw* p = x + l.f0;
-    for (; j + 8 <= e; j += 8) {  // 8 row loads in flight per lane
-      Vec<Raw, V> r[8];
+    if constexpr (V > 1) {
+      // feat_async_rows: rounds of kFeatRound rows, the segment's last one partial,
+      // each round's rows in flight together through the lane's shared slots.
+      feat_fold_rows(fn, c, acc, s_rows, p, inner, j, e);
+    } else {
+      for (; j + 8 <= e; j += 8) {  // 8 row loads in flight per lane (as far as ptxas keeps them so)
+        Vec<Raw, V> r[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
+        for (int u = 0; u < 8; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
 #pragma unroll
-      for (int u = 0; u < 8; ++u)
+        for (int u = 0; u < 8; ++u)
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, r[u].v[v]));
-    }
-    for (; j < e; ++j) {
-      const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
+          for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, r[u].v[v]));
+      }
+      for (; j < e; ++j) {
+        const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j, r.v[v]));
+        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j, r.v[v]));
+      }
     }
     if (i == i1) break;
 #pragma unroll

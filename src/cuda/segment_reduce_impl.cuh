@@ -252,8 +252,9 @@ void elementwise_pass(const Fn& fn, const typename Fn::Raw* x, typename Fn::Raw*
     const size_t spw = flat_smem_per_warp<Raw, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_elementwise");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
+    const int fill = detail::segment_test_caps().flat_fill.load(std::memory_order_relaxed);
     launch_main(c, k, grid, block, spw * (block / 32), fn, x, gi, q, W, Idx(g.positions), tile_i,
-                tile_j);
+                tile_j, fill);
     check_launch("flat_elementwise");
     record(c.path, grid, block);
   } else if (!fn.needs_x() && g.slabs == 1 && c.inner * int64_t(sizeof(Raw)) <= 16) {

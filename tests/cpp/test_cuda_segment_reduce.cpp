@@ -645,6 +645,66 @@ TEST_P(CudaSegmentReduce, FlatFullTileFormsAgree) {
 #endif
 }
 
+// Session 24: the flat sum/mean backward writes a tile by the walk or by
+// flat_fill_tile (SegmentTestCaps::flat_fill: 0 the rule, 1 the walk everywhere, 2
+// the fill everywhere, tiles inside one segment and tiles of one-position
+// segments included). Layouts with ends at every lane and vector edge, runs of
+// empty and one-position segments, a segment over several tiles, a partial last
+// tile; gi aligned, and one element into a buffer (misaligned: the walk in every
+// form). Every form checked against the reference and the CPU, and all bitwise equal.
+TEST_P(CudaSegmentReduce, FlatFillFormsAgree) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  auto& caps = detail::segment_test_caps();
+  const int64_t tile = dtype_size(t) == 2 ? 1024 : 512;
+  std::vector<std::vector<int64_t>> layouts;
+  layouts.push_back({1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 31, 32, 33});  // ends at every vector slot
+  layouts.push_back({0, 0, 3, 0, 1, 1, 1, 1, 1, 1, 40, 0, 0, 2});         // empty and one-position runs
+  {
+    std::vector<int64_t> mixed;
+    for (int k = 0; k < 300; ++k) mixed.push_back(int64_t(rng() % 11));   // several tiles of short segments
+    mixed.push_back(3 * tile + 5);                                          // one over several tiles
+    for (int k = 0; k < 700; ++k) mixed.push_back(1);                       // tiles of one-position segments
+    mixed.push_back(tile - 1);                                              // a partial last tile
+    layouts.push_back(mixed);
+  }
+  for (const auto& lens : layouts) {
+    int64_t L = 0;
+    for (auto n : lens) L += n;
+    SCOPED_TRACE(::testing::Message() << "S " << lens.size() << " L " << L);
+    const Layout lay = from_lengths({L}, 0, {lens});
+    for (const char* r : {"sum", "mean"}) {
+      const std::vector<double> x = rounded(t, random_data(rng, L, r, t));
+      const Tensor data = dev(make_tensor(x, lay.shape, t)), meta = dev(lay.meta());
+      const Segments seg = dev_segments(lay, meta);
+      Tensor y = poisoned(lay.out_shape(), t);
+      segment_reduce_out(data, parse_reduce(r), seg, y);
+      const Tensor g = dev(make_tensor(mixed_grads(rng, y.numel(), t), lay.out_shape(), t));
+      // gi one element into a buffer: not 16-byte aligned, so the walk whatever the form.
+      const Tensor buf = dev(make_tensor(std::vector<double>(size_t(L + 1), 0.0), {L + 1}, t));
+      const TensorView mis(static_cast<char*>(buf.data()) + dtype_size(t), t, {L}, {}, kGpu);
+      Tensor gi[3];
+      for (int form = 0; form < 3; ++form) {
+        caps.flat_fill = form;
+        SCOPED_TRACE(::testing::Message() << r << " flat_fill " << form);
+        check_cuda(lay, t, r, x, rng);
+        gi[form] = poisoned(lay.shape, t);
+        segment_reduce_backward_out(g, y, data, parse_reduce(r), seg, Tie::Split, gi[form]);
+        segment_reduce_backward_out(g, y, data, parse_reduce(r), seg, Tie::Split, mis);
+        EXPECT_TRUE(same_bits(host(gi[form]), host(mis))) << "misaligned gi differs from aligned";
+      }
+      for (int form = 1; form < 3; ++form)
+        EXPECT_TRUE(same_bits(host(gi[0]), host(gi[form]))) << r << ": flat_fill " << form << " differs";
+    }
+  }
+  caps.flat_fill = 0;
+#endif
+}
+
 // Session 8: flat_reduce walks a lane's merge items as a fixed, predicated loop
 // over its kIpl position slots (segment ends as bits, the pad as a select, the
 // segments that begin and end inside one lane re-walked). Layouts that put
