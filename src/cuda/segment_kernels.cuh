@@ -1237,21 +1237,23 @@ __device__ __forceinline__ const Vec<Raw, V>* feat_stage_rows(Vec<Raw, V>* s, co
   return mine;
 }
 // A lane's rows [j, e) of one segment folded into acc (fn.combine of fn.value, row
-// order), in rounds through the slots; j ends at e. The last round stays in the slots.
+// order), in rounds through the slots; j ends at e (not at the last round's end:
+// the next segment starts there). The last round stays in the slots.
 template <class Fn, class Raw, int V, class Idx, class Ctx, class A>
 __device__ __forceinline__ void feat_fold_rows(const Fn& fn, const Ctx (&c)[V], A (&acc)[V], Vec<Raw, V>* s,
                                                const Raw* p, Idx inner, Idx& j, Idx e) {
-  for (; j < e; j += kFeatRound) {
-    const int n = e - j < kFeatRound ? int(e - j) : kFeatRound;
-    const Vec<Raw, V>* r = feat_stage_rows<Raw, V, Idx>(s, p + j * inner, inner, n);
+  for (Idx jr = j; jr < e; jr += kFeatRound) {
+    const int n = e - jr < kFeatRound ? int(e - jr) : kFeatRound;
+    const Vec<Raw, V>* r = feat_stage_rows<Raw, V, Idx>(s, p + jr * inner, inner, n);
 #pragma unroll
     for (int u = 0; u < kFeatRound; ++u)
       if (u < n) {
         const Vec<Raw, V> ru = r[u * detail::kBlock];
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, ru.v[v]));
+        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], jr + u, ru.v[v]));
       }
   }
+  if (j < e) j = e;
 }
 
 // feat_next_end (session 23): feat_reduce over 4- and 8-byte types loads the end
