@@ -104,28 +104,6 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
-// 16 bytes global -> shared without a register (cp.async, LDGSTS; sm_80 and newer,
-// a plain copy before): a lane's whole round of row loads is then in flight at once.
-// ptxas interleaves plain vector loads with their uses (the loads of a round of 8
-// issued 2, 1, 1, 1, 1, 2 between arithmetic that waits on them; session 23's SASS of
-// feat_reduce), so a lane had 2-4 rows in flight, not 8. .cg: cached in L2 only, the
-// rows are read once. Both addresses 16-byte aligned.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-#else
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
-#endif
-}
-// Waits for this thread's cp_async16 copies (no other thread's: no barrier needed
-// when each thread reads only its own slots).
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-#endif
-}
-
 // Whether the current device takes programmatic dependent launches (compute
 // capability 9.0 and newer), cached per device.
 inline bool pdl_supported() {

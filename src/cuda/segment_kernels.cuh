@@ -1216,46 +1216,6 @@ __device__ __forceinline__ FeatLane<Idx> feat_lane(int G, int V, Idx slabs) {
   return l;
 }
 
-// feat_async_rows (session 24): the vector feature kernels read a segment's rows
-// in rounds of kFeatRound, each round copied global -> shared by cp_async16 into
-// the lane's own slots (slot u of thread t at s[u * kBlock + t]: one 16-byte word
-// per thread and row, no bank conflict), then read back from there. Before, the
-// rows went to registers, and ptxas interleaved the 8 loads of a round with the
-// arithmetic that waits on them: 2-4 rows in flight per lane where 8 were written
-// (SASS of session 23; ncu: feat_reduce bf16 2d_64kx16_f128 86% of stall samples
-// long_scoreboard at 62% of DRAM bandwidth). A segment's last partial round is one
-// round trip as well (it was one per row). Same rows, same order: the same values.
-// 32 KB of shared memory per block of 256 threads.
-constexpr int kFeatRound = 8;
-template <class Raw, int V, class Idx>
-__device__ __forceinline__ const Vec<Raw, V>* feat_stage_rows(Vec<Raw, V>* s, const Raw* p, Idx inner, int n) {
-  Vec<Raw, V>* mine = s + threadIdx.x;
-#pragma unroll
-  for (int u = 0; u < kFeatRound; ++u)
-    if (u < n) cp_async16(mine + u * detail::kBlock, p + Idx(u) * inner);
-  cp_async_wait_all();
-  return mine;
-}
-// A lane's rows [j, e) of one segment folded into acc (fn.combine of fn.value, row
-// order), in rounds through the slots; j ends at e (not at the last round's end:
-// the next segment starts there). The last round stays in the slots.
-template <class Fn, class Raw, int V, class Idx, class Ctx, class A>
-__device__ __forceinline__ void feat_fold_rows(const Fn& fn, const Ctx (&c)[V], A (&acc)[V], Vec<Raw, V>* s,
-                                               const Raw* p, Idx inner, Idx& j, Idx e) {
-  for (Idx jr = j; jr < e; jr += kFeatRound) {
-    const int n = e - jr < kFeatRound ? int(e - jr) : kFeatRound;
-    const Vec<Raw, V>* r = feat_stage_rows<Raw, V, Idx>(s, p + jr * inner, inner, n);
-#pragma unroll
-    for (int u = 0; u < kFeatRound; ++u)
-      if (u < n) {
-        const Vec<Raw, V> ru = r[u * detail::kBlock];
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], jr + u, ru.v[v]));
-      }
-  }
-  if (j < e) j = e;
-}
-
 // feat_next_end (session 23): feat_reduce over 4- and 8-byte types loads the end
 // of a tile's next segment, q[i + 2], before the current segment's rows, so the
 // load is in flight while they are. Before, each segment began with q[i + 1] and
@@ -1280,7 +1240,6 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
-  __shared__ Vec<Raw, V> s_rows[V > 1 ? kFeatRound * detail::kBlock : 1];  // feat_async_rows: 32 KB
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
@@ -1303,25 +1262,19 @@ __global__ void __launch_bounds__(256) feat_reduce(Fn fn, const typename Fn::Raw
 #pragma unroll
     for (int v = 0; v < V; ++v) c[v] = fn.ctx(i, l.f0 + v);
     const Raw* p = x + l.f0;
-    if constexpr (V > 1) {
-      // feat_async_rows: rounds of kFeatRound rows, the segment's last one partial,
-      // each round's rows in flight together through the lane's shared slots.
-      feat_fold_rows(fn, c, acc, s_rows, p, inner, j, e);
-    } else {
-      for (; j + 8 <= e; j += 8) {  // 8 row loads in flight per lane (as far as ptxas keeps them so)
-        Vec<Raw, V> r[8];
+    for (; j + 8 <= e; j += 8) {  // 8 row loads in flight per lane
+      Vec<Raw, V> r[8];
 #pragma unroll
-        for (int u = 0; u < 8; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
+      for (int u = 0; u < 8; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
 #pragma unroll
-        for (int u = 0; u < 8; ++u)
+      for (int u = 0; u < 8; ++u)
 #pragma unroll
-          for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, r[u].v[v]));
-      }
-      for (; j < e; ++j) {
-        const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
+        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j + u, r[u].v[v]));
+    }
+    for (; j < e; ++j) {
+      const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j, r.v[v]));
-      }
+      for (int v = 0; v < V; ++v) acc[v] = fn.combine(acc[v], fn.value(c[v], j, r.v[v]));
     }
     if (i == i1) break;
 #pragma unroll

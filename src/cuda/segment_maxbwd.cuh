@@ -355,11 +355,9 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
 
 // inner > 1: feat_elementwise's walk; per segment of the tile, the rows are
 // loaded once for the statistic (StatsFn, feat_reduce's order) and once more
-// (the same lane, right after: L1/L2) for the write, except a segment of at most
-// kFeatRound rows with vector loads, whose rows stay in the lane's shared slots
-// (feat_async_rows, session 24). Records as feat_reduce's.
+// (the same lane, right after: L1/L2) for the write. Records as feat_reduce's.
 template <class T, class Idx, int V>
-__global__ void __launch_bounds__(256, V > 1 && sizeof(Idx) == 4 ? 4 : 1) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+__global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx slabs,
                                                        int G, Idx inner, const Idx* __restrict__ tile_i,
                                                        const Idx* __restrict__ tile_j, Idx* __restrict__ carry,
@@ -368,7 +366,6 @@ __global__ void __launch_bounds__(256, V > 1 && sizeof(Idx) == 4 ? 4 : 1) feat_m
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = T;
   using S = Idx;
-  __shared__ Vec<Raw, V> s_rows[V > 1 ? kFeatRound * detail::kBlock : 1];  // feat_async_rows: 32 KB
   const FeatLane<Idx> l = feat_lane<Idx>(G, V, slabs);
   if (l.w >= W || l.f0 >= inner) return;
   const Idx i0 = tile_i[l.w], j0 = tile_j[l.w], i1 = tile_i[l.w + 1], j1 = tile_j[l.w + 1];
@@ -387,26 +384,20 @@ __global__ void __launch_bounds__(256, V > 1 && sizeof(Idx) == 4 ? 4 : 1) feat_m
       c[v] = sf.ctx(i, l.f0 + v);
       acc[v] = sf.identity();
     }
-    if constexpr (V > 1) {
-      // feat_async_rows (segment_kernels.cuh): rounds of kFeatRound rows staged in
-      // the lane's shared slots; a segment of one round keeps them there for the write.
-      feat_fold_rows(sf, c, acc, s_rows, p, inner, j, e);
-    } else {
-      constexpr int UR = 8;  // row loads in flight per lane
-      for (; j + UR <= e; j += UR) {
-        Vec<Raw, V> r[UR];
+    constexpr int UR = V >= 8 ? 4 : 8;  // row loads in flight per lane (fewer for V = 8: registers)
+    for (; j + UR <= e; j += UR) {
+      Vec<Raw, V> r[UR];
 #pragma unroll
-        for (int u = 0; u < UR; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
+      for (int u = 0; u < UR; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
 #pragma unroll
-        for (int u = 0; u < UR; ++u)
+      for (int u = 0; u < UR; ++u)
 #pragma unroll
-          for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j + u, r[u].v[v]));
-      }
-      for (; j < e; ++j) {
-        const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
+        for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j + u, r[u].v[v]));
+    }
+    for (; j < e; ++j) {
+      const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j, r.v[v]));
-      }
+      for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j, r.v[v]));
     }
     if (i == i1) {
       const bool keep = keep_carry(q, i1, titems, U);
@@ -423,44 +414,25 @@ __global__ void __launch_bounds__(256, V > 1 && sizeof(Idx) == 4 ? 4 : 1) feat_m
 #pragma unroll
     for (int v = 0; v < V; ++v) b[v] = feat_out<T, Idx>(bf, i, l.f0 + v, acc[v]);
     Idx jj = jb;
-    if constexpr (V > 1) {
-      // The rows again in rounds through the slots; a segment of one round is
-      // still there from the statistic (no second read).
-      const bool staged = e - jb <= Idx(kFeatRound);
-      for (; jj < e; jj += kFeatRound) {
-        const int n = e - jj < kFeatRound ? int(e - jj) : kFeatRound;
-        const Vec<Raw, V>* r = staged ? s_rows + threadIdx.x : feat_stage_rows<Raw, V, Idx>(s_rows, p + jj * inner, inner, n);
+    constexpr int UW = V >= 8 ? 2 : 4;  // V = 8 (16-bit): 80 registers (3 blocks per SM) instead of 103 (2)
+    for (; jj + UW <= e; jj += UW) {
+      Vec<Raw, V> r[UW];
 #pragma unroll
-        for (int u = 0; u < kFeatRound; ++u)
-          if (u < n) {
-            const Vec<Raw, V> ru = r[u * detail::kBlock];
-            Vec<Raw, V> o;
+      for (int u = 0; u < UW; ++u) r[u] = load_vec<Raw, V>(p + (jj + u) * inner);
 #pragma unroll
-            for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj + u, ru.v[v]);
-            *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
-          }
-      }
-    } else {
-      constexpr int UW = 4;
-      for (; jj + UW <= e; jj += UW) {
-        Vec<Raw, V> r[UW];
-#pragma unroll
-        for (int u = 0; u < UW; ++u) r[u] = load_vec<Raw, V>(p + (jj + u) * inner);
-#pragma unroll
-        for (int u = 0; u < UW; ++u) {
-          Vec<Raw, V> o;
-#pragma unroll
-          for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj + u, r[u].v[v]);
-          *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
-        }
-      }
-      for (; jj < e; ++jj) {
-        const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
+      for (int u = 0; u < UW; ++u) {
         Vec<Raw, V> o;
 #pragma unroll
-        for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj, r.v[v]);
-        *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
+        for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj + u, r[u].v[v]);
+        *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
       }
+    }
+    for (; jj < e; ++jj) {
+      const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
+      Vec<Raw, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj, r.v[v]);
+      *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
     }
     if (i == i1) break;
   }
