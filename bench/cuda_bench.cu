@@ -9,7 +9,9 @@
 // data never zeros. segred is called with unsafe = true and device offsets, the
 // no-synchronisation mode a training loop uses; the sum rows are timed again with
 // device lengths (LENGTHS lines: offsets ms, lengths ms, fwd then bwd).
-// Flags: --only SUBSTRING (cases), --dtype float32|bfloat16, --reps N, --dir D, --graph.
+// Flags: --only SUBSTRING (cases), --dtype float32|bfloat16, --reps N, --dir D, --graph,
+// --feat-items N (session 24: every feature call at N merge items per worker, i.e.
+// SegmentTestCaps::feat_items, in place of the plan's feat_items_rule; 0 the rule).
 //
 // Build (tools/gpu-check): nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr
 //   -Xcompiler -fopenmp -I include -I . bench/cuda_bench.cu build/libsegred.a
@@ -34,6 +36,7 @@ using namespace segred;
 namespace {
 
 int g_reps = 20;
+int g_feat_items = 0;  // --feat-items: SegmentTestCaps::feat_items of every call (0: the plan's rule)
 
 // Per call, `batch` calls back to back between two events (call i is f(i): the
 // caller rotates its inputs by i), median over `reps` rounds. batch > 1: the kernels'
@@ -326,7 +329,7 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
         const double f32i = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
         const double b32i = median_ms(
             [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); }, g_reps);
-        caps.feat_items = 0;  // the rule (segment_geometry.h, feat_items_rule), as the table's rows
+        caps.feat_items = g_feat_items;  // back to the table rows' items (0: feat_items_rule)
         std::printf("FEAT\t%s\t%s\t%s\t%.5f\t%.5f\t%.5f\t%.5f\t%lld\t%lld\n", c.name.c_str(),
                     std::string(dtype_name(dt)).c_str(), rname, tf, f32i, tb, b32i, (long long)pf.chunk,
                     (long long)pb.chunk);
@@ -383,7 +386,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) only_dtype = argv[++i];  // float32 | bfloat16
     else if (!std::strcmp(argv[i], "--graph")) g_graph = true;
+    else if (!std::strcmp(argv[i], "--feat-items") && i + 1 < argc) g_feat_items = std::atoi(argv[++i]);
   }
+  segred::detail::segment_test_caps().feat_items = g_feat_items;
+  if (g_feat_items > 0) std::printf("FEAT_ITEMS\t%d\n", g_feat_items);
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("DEVICE\t%s\t%d SMs\n", prop.name, prop.multiProcessorCount);

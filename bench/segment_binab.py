@@ -6,7 +6,10 @@ and prints per (case, dtype, reduce, direction) the minimum over the rounds of e
 'alone' ms (the table's method; noise only adds time) and B / A. Both binaries must be built
 from the same bench/cuda_bench.cu (tools/gpu-prebuild; the old one carried beside the new).
 
-Usage: segment_binab.py A_BIN B_BIN [--rounds N] [--args "--only 1d_2Mx32"] [--out FILE.md]
+Usage: segment_binab.py A_BIN B_BIN [--rounds N] [--args "--only 1d_2Mx32"] [--args-b "--feat-items 136"]
+                        [--out FILE.md]
+--args goes to both binaries, --args-b to B only (after --args): A and B may then be the same binary,
+e.g. the plan's feature items against forced ones (session 24).
 """
 import argparse
 import collections
@@ -30,14 +33,16 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--args", default="")
+    ap.add_argument("--args-b", default="")
     ap.add_argument("--out")
     o = ap.parse_args()
     t = {"A": collections.defaultdict(list), "B": collections.defaultdict(list)}
     for _ in range(o.rounds):
-        for v, binary in (("A", o.a), ("B", o.b)):
-            for k, ms in run(binary, o.args).items():
+        for v, binary, args in (("A", o.a, o.args), ("B", o.b, (o.args + " " + o.args_b).strip())):
+            for k, ms in run(binary, args).items():
                 t[v][k].append(ms)
-    lines = [f"A = {o.a}, B = {o.b}; {o.rounds} alternated rounds; min ms over rounds (all rounds in brackets)", "",
+    b_args = f" {o.args_b}" if o.args_b else ""
+    lines = [f"A = {o.a}, B = {o.b}{b_args}; {o.rounds} alternated rounds; min ms over rounds (all rounds in brackets)", "",
              "| case | dtype | reduce | dir | A ms | B ms | B / A | A rounds | B rounds |", "|---|---|---|---|---|---|---|---|---|"]
     for k in t["A"]:
         a, b = t["A"][k], t["B"].get(k, [])
