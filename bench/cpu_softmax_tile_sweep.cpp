@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
       if ((bwd && mode == "fwd") || (!bwd && mode == "bwd")) continue;
       for (int64_t w : ws) {
         SoftmaxProblem p = make_softmax_problem(c.s, c.dim, c.dt, bwd ? Direction::Bwd : Direction::Fwd, false, Backend::CPU);
+        p.cpu_threads = cpu::softmax_threads();  // as the API layer fills it
         Plan plan = plan_softmax(p);
         if (w > 0) plan.chunk = std::min<int64_t>(w, p.inner);
         std::vector<double> t;

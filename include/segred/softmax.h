@@ -75,6 +75,10 @@ struct SoftmaxProblem {
   int sm_count = 132;      // multiprocessors
   int max_threads = 1024;  // threads per block
   int max_cluster = 16;    // blocks per thread-block cluster (16 needs the non-portable opt-in)
+  // CPU threads the work split is made for (the API layer fills it from
+  // OpenMP's team size; default: one). Only the split depends on it: the
+  // reduction order, and so every result, is the same for any value.
+  int cpu_threads = 1;
 };
 
 // Pure: the [outer, D, inner] decomposition of `sizes` around `dim` (wrapped like
@@ -91,8 +95,10 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 //  - index_bits: 64 (CPU code indexes in 64 bits throughout).
 //  - chunk: lastdim forward: elements of a row per online-max block (the block is
 //    reduced twice, the second time from L1); lastdim backward: 0 (a row is one
-//    item); spatial: columns per work item (a [D, chunk] tile of the input is
-//    kept near L2 between its passes), at most inner.
+//    item); spatial forward: columns per work item (a [D, chunk] tile of the
+//    input is kept near L2 between its passes), at most inner; spatial backward:
+//    columns per work item, whole rows of the [D, inner] slab where they fit
+//    (at most 4096) and enough items for p.cpu_threads.
 Plan plan_softmax(const SoftmaxProblem& p);
 
 }  // namespace segred

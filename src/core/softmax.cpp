@@ -20,14 +20,12 @@ namespace {
 // Cache budget and tile widths behind plan_softmax's work split (CPU), measured
 // on 2 cores of the benchmark host (bench/NOTES.md, "CPU softmax"). 16 KiB: a
 // lastdim block that is reduced twice in a row (max, then sum of exp) stays in
-// L1d (32-48 KiB on current x86 cores). Spatial tiles of W columns: rows of
-// 1 KiB (W = 1024 B / the element size, at least 128) while D <= 512, the tile
-// then in L2 between the two passes (the two rules below); a longer D makes that
-// tile spill anyway, and rows `inner` apart that
-// are only 512 B long read slowly (a new page per row, which the hardware
-// prefetcher does not follow), so there W = 1024 (4 KiB rows) for the backward,
-// its tile in L3. The forward with D > 512 (session 5, interleaved pairs on the
-// host): W = 128 while its [D, 128] tiles of x and of the exps (accumulation
+// L1d (32-48 KiB on current x86 cores). Spatial forward tiles of W columns:
+// rows of 1 KiB (W = 1024 B / the element size, at least 128) while D <= 512,
+// the tile then in L2 between the two passes (the two rules below). (The
+// backward's tiles had the same rows, and 4 KiB rows past D = 512, until session
+// 25 measured whole rows of the slab faster: its own rule below.) The forward
+// with D > 512 (session 5, interleaved pairs on the host): W = 128 while its [D, 128] tiles of x and of the exps (accumulation
 // type) fit in 1 MiB, half of L2 (D <= 1024 in float32: [32, 1000, 4096] 11.0
 // -> 12.1 GB/s against W = 1024); past that the tile of exps kept near 4 MiB
 // but at least 256 columns wide (1 KiB rows: [8192, 8192] dim 0 8.7 -> 9.6
@@ -35,10 +33,8 @@ namespace {
 // The backward with D <= 512 (session 9, development machine, W alternated in one
 // process, bench/cpu_softmax_tile_sweep.cpp): rows of 1 KiB, W = 1024 B / the
 // element size (256 float32, 512 16-bit), [64, 256, 56, 56] float16 41.7-42.7 ->
-// 27.1-29.6 ms, float32 54.7-83.1 -> 35.3-42.6 ms against W = 128; float16 at W =
-// 256 (512 B rows) gained nothing, so the row length is the rule, not the tile:
-// the [D, W] tiles of g and y, <= 1 MiB, still stay in L2 for the write pass.
-// The forward with D <= 512 takes the same rows (session 10): with the kernel's
+// 27.1-29.6 ms, float32 54.7-83.1 -> 35.3-42.6 ms against W = 128 (session 25:
+// whole rows faster still, see kBwdMaxCols). The forward with D <= 512 takes the same rows (session 10): with the kernel's
 // prefetches spread over its exps pass, perf of [64, 256, 56, 56] float16 put
 // 19.5% of the kernel's samples on the prefetches at W = 128 and 6.5% at 512 (the
 // hardware's L2 prefetcher follows a run of 16 lines in a page, not one of 4);
@@ -57,6 +53,37 @@ constexpr int64_t kRowBytes = 1024;
 // short forward keeps W = 128 (a [D, W] tile of a few rows is no long walk of
 // pages; the backward's D = 4 gained from 1 KiB rows in session 9's sweep).
 constexpr int64_t kShortFwdRows = 16;
+// The spatial backward (session 25, development machine, 2 threads, AVX2;
+// bench/cpu_softmax_tile_sweep.cpp, W alternated in one process): its two passes
+// (sum g*y per column, then the write) each stream the tile once, and they
+// stream fastest when the tile is contiguous memory, i.e. whole rows of the
+// [D, inner] slab: [64, 256, 56, 56] float16 16.5 -> 12.3-13.9 ms, float32
+// 27-28 -> 23-25 ms at W = 3136 against rows of 1 KiB; [32, 1000, 4096] 108-112
+// -> 92-105 ms and [8192, 8192] dim 0 66-86 -> 50-56 ms at W = 4096 against
+// 1024; [8, 4, 2^22] and [16, 2000, 4096] the same. So W = inner, cut into the
+// fewest equal pieces (whole cache lines) of at most kBwdMaxCols columns (the
+// per-column sums, 2 x 16 KiB in float32, stay in L1d) that give every thread
+// work: at least p.cpu_threads items, and a multiple of them while there are
+// fewer than 4 per thread (3 items on 2 threads would leave one idle for a
+// third of the call). The sums run over rows per column whatever W, so W never
+// changes a result.
+constexpr int64_t kBwdMaxCols = 4096;
+constexpr int64_t kBwdItemsPerThread = 4;
+
+int64_t spatial_bwd_cols(const SoftmaxProblem& p, int64_t es) {
+  if (p.inner <= 0 || p.outer <= 0 || p.dim_size <= 0) return std::max<int64_t>(0, p.inner);  // no item runs
+  const int64_t threads = std::max(1, p.cpu_threads), line = std::max<int64_t>(1, 64 / es);
+  auto width = [&](int64_t k) { return std::min(p.inner, ((p.inner + k - 1) / k + line - 1) / line * line); };
+  auto balanced = [&](int64_t k) {
+    const int64_t items = p.outer * ((p.inner + width(k) - 1) / width(k));
+    return items >= kBwdItemsPerThread * threads || (items >= threads && items % threads == 0);
+  };
+  int64_t k = (p.inner + kBwdMaxCols - 1) / kBwdMaxCols;
+  // Bounded: outer * k reaches kBwdItemsPerThread * threads after that many steps
+  // at most, and a tile of one cache line ends it anyway.
+  while (!balanced(k) && width(k) > line) ++k;
+  return width(k);
+}
 
 const char* op_name(bool log, Direction d) {
   if (d == Direction::Fwd) return log ? "log_softmax" : "softmax";
@@ -90,11 +117,12 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 // Worked example, softmax forward float32 over dim 1 of [32, 1000, 4096]:
 // inner = 4096 > 1: spatial; D = 1000 > 512, and 1000 * 128 * (4 + 4) B <= 1 MiB:
 // W = 128, 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile
-// (the backward: W = 1024, 128 items). Over dim 0 of [8192, 8192]: 8192 * 128 *
-// 8 B > 1 MiB: W = 4 MiB / (4 B * 8192) = 128 -> at least 256. Over dim 1 of
-// [64, 256, 56, 56]: rows of 1 KiB both ways, W = 256 in float32, 512 in 16-bit
-// types (128 in float64). Over dim -1 of [16384, 4096]: lastdim, blocks of
-// 16 KiB / 4 B = 4096.
+// (the backward: whole rows, W = 4096, 32 items). Over dim 0 of [8192, 8192]:
+// 8192 * 128 * 8 B > 1 MiB: W = 4 MiB / (4 B * 8192) = 128 -> at least 256 (the
+// backward on 2 threads: 8192 / 4096 -> 2 items of W = 4096; on 16: 16 of 512).
+// Over dim 1 of [64, 256, 56, 56]: forward rows of 1 KiB, W = 256 in float32,
+// 512 in 16-bit types (128 in float64); the backward whole rows, W = 3136. Over
+// dim -1 of [16384, 4096]: lastdim, blocks of 16 KiB / 4 B = 4096.
 Plan plan_softmax(const SoftmaxProblem& p) {
 #ifdef SEGRED_WITH_CUDA
   // CUDA plan: the pure work split of src/core/softmax_geometry.h (lastdim_warp,
@@ -128,12 +156,13 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   const int64_t es = std::max(1, dtype_size(p.dtype));
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
+  } else if (!fwd) {
+    plan.chunk = spatial_bwd_cols(p, es);
   } else {
-    int64_t w = fwd && p.dim_size < kShortFwdRows ? kTileCols : std::max(kTileCols, kRowBytes / es);
+    int64_t w = p.dim_size < kShortFwdRows ? kTileCols : std::max(kTileCols, kRowBytes / es);
     if (p.dim_size > kLongDim) {
       const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
-      if (!fwd) w = kWideCols;
-      else if (p.dim_size <= kL2TileBytes / (kTileCols * (acc + es))) w = kTileCols;
+      if (p.dim_size <= kL2TileBytes / (kTileCols * (acc + es))) w = kTileCols;
       else w = std::clamp<int64_t>(kLongTileBytes / acc / p.dim_size / 16 * 16, kL3TileMinCols, kWideCols);
     }
     plan.chunk = std::min(w, p.inner);
@@ -191,8 +220,8 @@ void backward_out(bool log, const TensorView& grad, const TensorView& output, in
   check_input(op, "grad", grad);
   check_input(op, "output", output);
   check_like(op, "grad", grad, "output", output);
-  const SoftmaxProblem p =
-      make_softmax_problem(output.sizes, dim, output.dtype, Direction::Bwd, log, backend_of(output));
+  SoftmaxProblem p = make_softmax_problem(output.sizes, dim, output.dtype, Direction::Bwd, log, backend_of(output));
+  p.cpu_threads = cpu::softmax_threads();
   check_like(op, "grad_input", grad_input, "output", output);
   SEGRED_CHECK(grad_input.is_contiguous(), ValueError, op, ": grad_input must be contiguous");
   SEGRED_CHECK(!overlaps(grad_input, grad) && !overlaps(grad_input, output), ValueError, op,

@@ -83,6 +83,8 @@ bool softmax_stream_output(int64_t bytes_moved) {
   return bytes_moved > llc / cpus * threads;
 }
 
+int softmax_threads() { return std::max(1, omp_get_max_threads()); }
+
 void softmax_widen(SoftmaxIsa isa, const half_t* in, float* out, int64_t n) { SEGRED_SOFTMAX_ON_ISA(isa, widen(in, out, n)) }
 void softmax_widen(SoftmaxIsa isa, const bfloat16_t* in, float* out, int64_t n) {
   SEGRED_SOFTMAX_ON_ISA(isa, widen(in, out, n))

@@ -22,6 +22,10 @@ void softmax_fwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& x,
 void softmax_bwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& grad, const TensorView& output,
                  const TensorView& grad_input);
 
+// The team size of the kernels' parallel regions (OpenMP's max threads, at
+// least 1): what the API layer puts in SoftmaxProblem::cpu_threads.
+int softmax_threads();
+
 // The builds of the kernels: the baseline ISA (x86-64: SSE2), AVX2 + FMA + F16C,
 // AVX-512 (F, BW, VL, DQ); the last two with GCC on x86-64 only.
 enum class SoftmaxIsa : int { Baseline = 0, Avx2 = 1, Avx512 = 2 };

@@ -60,8 +60,8 @@ TEST(SoftmaxPlan, SpatialPastInt32AndUint32) {
         EXPECT_EQ(p.path, want) << shape_string(s);
         EXPECT_EQ(p.index_bits, 64);
         EXPECT_GE(p.chunk, 128);
-        EXPECT_LE(p.chunk, 1024);
-        EXPECT_EQ(p.chunk % 16, 0);
+        EXPECT_LE(p.chunk, dir == Direction::Fwd ? 1024 : 4096);  // the backward: whole rows up to 4096
+        EXPECT_EQ(p.chunk % 32, 0);                                // whole cache lines of float16
       }
   }
 }
@@ -91,11 +91,47 @@ TEST(SoftmaxPlan, DimsOfOneAndTwo) {
   EXPECT_EQ(plan_for({2, 2}, 0).chunk, 2);
   EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).path, "softmax.fwd.cpu.spatial.i64");
   EXPECT_EQ(plan_for({2, k2_31 + 1}, 0).chunk, 128);  // D = 2 < 16: a short forward keeps 512-byte rows
-  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0, Direction::Bwd).chunk, 256);  // the backward: rows of 1 KiB
+  EXPECT_EQ(plan_for({2, k2_31 + 1}, 0, Direction::Bwd).chunk, 4096);  // the backward: rows up to 4096
   EXPECT_EQ(plan_for({k2_31 + 1, 2}, 0).chunk, 2);     // inner = 2: a tile is the whole inner
   EXPECT_EQ(plan_for({k2_32, 1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
   EXPECT_EQ(plan_for({1}, 0).path, "softmax.fwd.cpu.lastdim.i64");
   EXPECT_EQ(plan_for({}, 0).path, "softmax.fwd.cpu.lastdim.i64");
+}
+
+// The spatial backward's tiles (plan_softmax, kBwdMaxCols): whole rows of the
+// [D, inner] slab up to 4096 columns, cut into equal pieces of whole cache lines
+// until every thread has an item (a multiple of the threads below 4 per thread).
+TEST(SoftmaxPlan, SpatialBackwardTilesAreWholeRowsForEveryThread) {
+  auto w = [](const Shape& s, int64_t dim, int threads, DType dt = DType::Float32) {
+    SoftmaxProblem p = make_softmax_problem(s, dim, dt, Direction::Bwd);
+    p.cpu_threads = threads;
+    return plan_softmax(p).chunk;
+  };
+  EXPECT_EQ(w({64, 256, 56, 56}, 1, 2), 3136);                    // whole rows
+  EXPECT_EQ(w({64, 256, 56, 56}, 1, 2, DType::Float16), 3136);
+  EXPECT_EQ(w({32, 1000, 4096}, 1, 2), 4096);
+  EXPECT_EQ(w({16, 2000, 4096}, 1, 16), 4096);                    // 16 items on 16 threads: a multiple
+  EXPECT_EQ(w({16, 2000, 4096}, 1, 64), 1024);                    // 64 items
+  EXPECT_EQ(w({16, 2000, 4096}, 1, 48), 1376);                    // 3 pieces (1366 -> whole lines): 48 items
+  EXPECT_EQ(w({8192, 8192}, 0, 1), 4096);                         // at most 4096 columns
+  EXPECT_EQ(w({8192, 8192}, 0, 2), 4096);
+  EXPECT_EQ(w({8192, 8192}, 0, 3), 2736);                         // 3 items: 2736, 2736, 2720
+  EXPECT_EQ(w({8192, 8192}, 0, 16), 512);
+  EXPECT_EQ(w({8192, 8192}, 0, 16, DType::Float16), 512);
+  EXPECT_EQ(w({8192, 8192}, 0, 16, DType::Float64), 512);
+  EXPECT_EQ(w({3, 3, 700}, 1, 2), 352);                           // 3 items on 2 threads -> 6
+  EXPECT_EQ(w({3, 3, 700}, 1, 2, DType::Float16), 352);
+  EXPECT_EQ(w({3, 3, 700}, 1, 2, DType::Float64), 352);
+  EXPECT_EQ(w({9, 3, 700}, 1, 2), 700);                           // 9 items: >= 4 per thread
+  EXPECT_EQ(w({8, 4, int64_t(1) << 22}, 1, 2), 4096);
+  EXPECT_EQ(w({1, 5, 40}, 1, 8), 16);                             // 3 items of one cache line
+  EXPECT_EQ(w({1, 5, 3}, 1, 8), 3);                               // narrower than a cache line
+  EXPECT_EQ(w({2, 3, 0}, 1, 2), 0);                               // empty: no item (and no division by 0)
+  EXPECT_EQ(w({0, 3, 5}, 1, 2), 5);
+  EXPECT_EQ(w({2, 0, 5}, 1, 2), 5);
+  // Sizes far beyond memory: still whole rows, at most inner.
+  EXPECT_EQ(w({int64_t(1) << 40, 2, 3}, 1, 1024), 3);
+  EXPECT_EQ(w({1, 2, int64_t(1) << 40}, 1, 1024), 4096);
 }
 
 // The worked examples in plan_softmax's comment, and the chunk rules.
@@ -113,17 +149,18 @@ TEST(SoftmaxPlan, ChunkRules) {
   EXPECT_EQ(plan_for({64, 512, 56, 56}, 1, Direction::Fwd, false, DType::Float16).chunk, 512);  // D = 512: still
   EXPECT_EQ(plan_for({8, 4, 4194304}, 1).chunk, 128);                   // D = 4 < 16: the forward keeps W = 128
   EXPECT_EQ(plan_for({8, 16, 4194304}, 1).chunk, 256);                  // D = 16: rows of 1 KiB
-  EXPECT_EQ(plan_for({8, 4, 4194304}, 1, Direction::Bwd).chunk, 256);  // the backward: rows of 1 KiB
+  EXPECT_EQ(plan_for({8, 4, 4194304}, 1, Direction::Bwd).chunk, 4096);  // the backward: rows up to 4096
   EXPECT_EQ(plan_for({64, 512, 300}, 1, Direction::Fwd, false, DType::Float16).chunk, 300);    // never wider than inner
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 256);
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, true, DType::Float16).chunk, 512);
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::BFloat16).chunk, 512);
-  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::Float64).chunk, 128);
+  // The backward: whole rows of the slab (SpatialBackwardTiles below).
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd).chunk, 3136);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, true, DType::Float16).chunk, 3136);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::BFloat16).chunk, 3136);
+  EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::Float64).chunk, 3136);
   EXPECT_EQ(plan_for({64, 512, 300}, 1, Direction::Bwd, false, DType::Float16).chunk, 300);  // never wider than inner
-  // D > 512: rows of 1024 columns (backward). The forward: 128 columns while the
+  // D > 512: the backward's whole rows. The forward: 128 columns while the
   // [D, 128] tiles of x and of the exps fit in 1 MiB, else the tile of exps ~4 MiB
   // and at least 256 columns.
-  EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Bwd).chunk, 1024);
+  EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Bwd).chunk, 4096);
   EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Fwd, true).chunk, 128);
   EXPECT_EQ(plan_for({4, 1024, 4096}, 1).chunk, 128);    // 1024 * 128 * 8 B = 1 MiB: fits
   EXPECT_EQ(plan_for({4, 1025, 4096}, 1).chunk, 1008);   // 4 MiB / (4 B * 1025) = 1023 -> 1008
@@ -131,7 +168,7 @@ TEST(SoftmaxPlan, ChunkRules) {
   EXPECT_EQ(plan_for({4, 1366, 4096}, 1, Direction::Fwd, false, DType::BFloat16).chunk, 752);
   EXPECT_EQ(plan_for({4, 1000, 4096}, 1, Direction::Fwd, false, DType::Float64).chunk, 512);  // 16 B per value
   EXPECT_EQ(plan_for({8192, 8192}, 0).chunk, 256);
-  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Bwd).chunk, 1024);
+  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Bwd).chunk, 4096);  // one thread (plan_for's default)
   EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Fwd, false, DType::Float64).chunk, 256);
   EXPECT_EQ(plan_for({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 512);
   EXPECT_EQ(plan_for({1000, 100}, 0).chunk, 100);  // never wider than inner

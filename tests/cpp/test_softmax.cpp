@@ -3,6 +3,7 @@
 // and against exact values, for all four dtypes and both CPU paths. Every test
 // that is named for a path asserts through the trace that it reached that path.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdlib>
 #include <cmath>
@@ -773,6 +774,34 @@ TEST(SoftmaxCpu, DeterministicAcrossRuns) {
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), x.size() * 4));
     const Tensor ga = softmax_backward(xv, a, dim), gb = softmax_backward(xv, a, dim);
     EXPECT_EQ(0, std::memcmp(ga.data(), gb.data(), x.size() * 4));
+  }
+}
+
+// The split depends on the thread count, a result never does: the backward's
+// sums run over rows per column whatever the tile width.
+TEST(SoftmaxCpu, SpatialBackwardBitwiseEqualForEveryThreadCount) {
+  Rng rng;
+  SEED_TRACE(rng);
+  const int saved = omp_get_max_threads();
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{3, 70, 700}, 1}, {{300, 9000}, 0}}) {
+    const int64_t n = numel(shape);
+    std::vector<float> x(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+    for (auto& v : x) v = float(rng.uniform(-8, 8));
+    for (auto& v : g) v = float(rng.uniform(-2, 2));
+    const TensorView xv(x.data(), DType::Float32, shape), gv(g.data(), DType::Float32, shape);
+    const Tensor y = softmax(xv, dim), ly = log_softmax(xv, dim);
+    std::vector<Tensor> gi, lgi;
+    for (int threads : {1, 2, 3, 5}) {
+      omp_set_num_threads(threads);
+      SoftmaxProblem p = make_softmax_problem(shape, dim, DType::Float32, Direction::Bwd);
+      p.cpu_threads = threads;
+      SCOPED_TRACE(testing::Message() << shape_string(shape) << ", " << threads << " threads: W = " << plan_softmax(p).chunk);
+      gi.push_back(softmax_backward(gv, y, dim));
+      lgi.push_back(log_softmax_backward(gv, ly, dim));
+      EXPECT_EQ(0, std::memcmp(gi.back().data(), gi.front().data(), size_t(n) * 4));
+      EXPECT_EQ(0, std::memcmp(lgi.back().data(), lgi.front().data(), size_t(n) * 4));
+    }
+    omp_set_num_threads(saved);
   }
 }
 
