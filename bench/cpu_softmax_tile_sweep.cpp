@@ -6,7 +6,8 @@
 //   g++ -O2 -std=c++20 -fopenmp -I. -Iinclude bench/cpu_softmax_tile_sweep.cpp BUILD/libsegred.a -o sweep
 // Run: OMP_NUM_THREADS=2 taskset -c 0,1 ./sweep [fwd|bwd|both] [W ...]   (W = 0: the planner's;
 // a W repeated alternates with the others in one process: the pairs of
-// bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index.
+// bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index;
+// SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25).
 #include <omp.h>
 
 #include <algorithm>
@@ -55,11 +56,19 @@ int main(int argc, char** argv) {
     const double tb = double(x.numel() * dtype_size(c.dt));
     for (int bwd = 0; bwd < 2; ++bwd) {
       if ((bwd && mode == "fwd") || (!bwd && mode == "bwd")) continue;
-      for (int64_t w : ws) {
+      for (const int64_t& w : ws) {
         SoftmaxProblem p = make_softmax_problem(c.s, c.dim, c.dt, bwd ? Direction::Bwd : Direction::Fwd, false, Backend::CPU);
         p.cpu_threads = cpu::softmax_threads();  // as the API layer fills it
         Plan plan = plan_softmax(p);
         if (w > 0) plan.chunk = std::min<int64_t>(w, p.inner);
+        // The forward's kernel forced (the plan picks by D): SWEEP_FORM=stream|spatial for
+        // every W, SWEEP_FORM_ODD for the odd positions of the W list only (pairs).
+        auto force = [&](const char* form) {
+          if (!form || bwd) return;
+          plan.path = std::string_view(form) == "stream" ? "softmax.fwd.cpu.spatial_stream.i64" : "softmax.fwd.cpu.spatial.i64";
+        };
+        force(std::getenv("SWEEP_FORM"));
+        if ((&w - ws.data()) % 2 == 1) force(std::getenv("SWEEP_FORM_ODD"));
         std::vector<double> t;
         for (int k = 0; k < 8; ++k) {
           const auto t0 = std::chrono::steady_clock::now();
@@ -70,8 +79,8 @@ int main(int argc, char** argv) {
         t.erase(t.begin());
         std::sort(t.begin(), t.end());
         const double gbps = (bwd ? 3 : 2) * tb / t[t.size() / 2] / 1e9;
-        std::printf("%-18s dim%ld %s %s W=%-5ld %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
-                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", long(plan.chunk), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
+        std::printf("%-18s dim%ld %s %s %-6s W=%-5ld %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
+                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", (plan.path.find("stream") != std::string_view::npos ? "stream" : ""), long(plan.chunk), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
         std::fflush(stdout);
       }
     }

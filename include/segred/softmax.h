@@ -91,14 +91,17 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 // Pure: which path, index width and work split a call would use. No allocation,
 // no device access; valid for sizes far beyond memory.
 //  - path: "<softmax|log_softmax>.<fwd|bwd>.cpu.<lastdim|spatial>.i64", lastdim
-//    exactly when inner == 1 (size-1 trailing dims fold into inner == 1).
+//    exactly when inner == 1 (size-1 trailing dims fold into inner == 1); the
+//    forward with inner > 1 takes "<op>.fwd.cpu.spatial_stream.i64" instead of
+//    spatial when D > 512 and D * 128 * (accumulation + element size) > 1 MiB
+//    (float32: D > 1024; 16-bit: D > 1365; float64: D > 512).
 //  - index_bits: 64 (CPU code indexes in 64 bits throughout).
 //  - chunk: lastdim forward: elements of a row per online-max block (the block is
 //    reduced twice, the second time from L1); lastdim backward: 0 (a row is one
 //    item); spatial forward: columns per work item (a [D, chunk] tile of the
-//    input is kept near L2 between its passes), at most inner; spatial backward:
-//    columns per work item, whole rows of the [D, inner] slab where they fit
-//    (at most 4096) and enough items for p.cpu_threads.
+//    input is kept near L2 between its passes), at most inner; spatial backward
+//    and spatial_stream: columns per work item, whole rows of the [D, inner]
+//    slab where they fit (at most 4096) and enough items for p.cpu_threads.
 Plan plan_softmax(const SoftmaxProblem& p);
 
 }  // namespace segred

@@ -21,15 +21,19 @@ const std::vector<PathInfo> kPaths = {
     {"segment_reduce.bwd.cpu.flat.i64", "segment_reduce", D::Bwd, B::CPU, 64},
     {"segment_reduce.bwd.cpu.features.i64", "segment_reduce", D::Bwd, B::CPU, 64},
     // softmax family, CPU: "lastdim" = inner == 1 (rows contiguous); "spatial" =
-    // inner > 1 (reduced values `inner` apart, loops along inner). log_softmax
+    // inner > 1 (reduced values `inner` apart, loops along inner);
+    // "spatial_stream" = the forward over a long D whose [D, W] tiles of exps
+    // would not stay in L2 (whole slab rows streamed twice, no buffer). log_softmax
     // shares the kernels (another epilogue) but has its own names, so a trace
     // says which op ran and coverage proves both epilogues on both paths.
     {"softmax.fwd.cpu.lastdim.i64", "softmax", D::Fwd, B::CPU, 64},
     {"softmax.fwd.cpu.spatial.i64", "softmax", D::Fwd, B::CPU, 64},
+    {"softmax.fwd.cpu.spatial_stream.i64", "softmax", D::Fwd, B::CPU, 64},
     {"softmax.bwd.cpu.lastdim.i64", "softmax", D::Bwd, B::CPU, 64},
     {"softmax.bwd.cpu.spatial.i64", "softmax", D::Bwd, B::CPU, 64},
     {"log_softmax.fwd.cpu.lastdim.i64", "log_softmax", D::Fwd, B::CPU, 64},
     {"log_softmax.fwd.cpu.spatial.i64", "log_softmax", D::Fwd, B::CPU, 64},
+    {"log_softmax.fwd.cpu.spatial_stream.i64", "log_softmax", D::Fwd, B::CPU, 64},
     {"log_softmax.bwd.cpu.lastdim.i64", "log_softmax", D::Bwd, B::CPU, 64},
     {"log_softmax.bwd.cpu.spatial.i64", "log_softmax", D::Bwd, B::CPU, 64},
     // ragged softmax family, CPU: one task per (row, segment), online max/sum

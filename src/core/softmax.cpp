@@ -25,27 +25,30 @@ namespace {
 // the tile then in L2 between the two passes (the two rules below). (The
 // backward's tiles had the same rows, and 4 KiB rows past D = 512, until session
 // 25 measured whole rows of the slab faster: its own rule below.) The forward
-// with D > 512 (session 5, interleaved pairs on the host): W = 128 while its [D, 128] tiles of x and of the exps (accumulation
-// type) fit in 1 MiB, half of L2 (D <= 1024 in float32: [32, 1000, 4096] 11.0
-// -> 12.1 GB/s against W = 1024); past that the tile of exps kept near 4 MiB
-// but at least 256 columns wide (1 KiB rows: [8192, 8192] dim 0 8.7 -> 9.6
-// GB/s against W = 128).
+// with D > 512 (session 5, interleaved pairs on the host): W = 128 while its
+// [D, 128] tiles of x and of the exps (accumulation type) fit in 1 MiB, half of
+// L2 (D <= 1024 in float32: [32, 1000, 4096] 11.0 -> 12.1 GB/s against W =
+// 1024). Past that D the tile of exps spills whatever its width, and the forward
+// takes the spatial_stream path (session 25): no buffer of exps, the statistics
+// and the write pass each stream whole rows of the slab (the backward's tiles),
+// one exp more per value. Development machine, in-process pairs against spatial
+// at its W then (the exps tile kept near 4 MiB, 256 columns): [8192, 8192] dim 0
+// 81-118 -> 53-78 ms (0.63-0.66x), [16, 2000, 4096] 0.92-0.99x; at D = 1000,
+// where spatial's tile fits L2, the streamed form measured 1.1-1.25x slower
+// ([32, 1000, 4096]: its second read of x comes from memory, spatial's from L2).
 // The backward with D <= 512 (session 9, development machine, W alternated in one
 // process, bench/cpu_softmax_tile_sweep.cpp): rows of 1 KiB, W = 1024 B / the
 // element size (256 float32, 512 16-bit), [64, 256, 56, 56] float16 41.7-42.7 ->
 // 27.1-29.6 ms, float32 54.7-83.1 -> 35.3-42.6 ms against W = 128 (session 25:
-// whole rows faster still, see kBwdMaxCols). The forward with D <= 512 takes the same rows (session 10): with the kernel's
-// prefetches spread over its exps pass, perf of [64, 256, 56, 56] float16 put
+// whole rows faster still, see kBwdMaxCols). The forward with D <= 512 takes
+// the same rows (session 10): with the kernel's prefetches spread over its exps pass, perf of [64, 256, 56, 56] float16 put
 // 19.5% of the kernel's samples on the prefetches at W = 128 and 6.5% at 512 (the
 // hardware's L2 prefetcher follows a run of 16 lines in a page, not one of 4);
 // its tiles of x and of the exps stay within L2 (D = 512: 1.5 MiB in 16-bit types).
 constexpr int64_t kL1Block = 16 * 1024;
 constexpr int64_t kTileCols = 128;
 constexpr int64_t kLongDim = 512;
-constexpr int64_t kWideCols = 1024;
-constexpr int64_t kLongTileBytes = int64_t(4) << 20;
 constexpr int64_t kL2TileBytes = int64_t(1) << 20;
-constexpr int64_t kL3TileMinCols = 256;
 constexpr int64_t kRowBytes = 1024;
 // ... but not a forward over fewer rows than this: [8, 4, 2^22] float32 (D = 4)
 // measured 1.18x slower at W = 256 than at 128 (H200 host, 2 pinned cores, both
@@ -53,7 +56,7 @@ constexpr int64_t kRowBytes = 1024;
 // short forward keeps W = 128 (a [D, W] tile of a few rows is no long walk of
 // pages; the backward's D = 4 gained from 1 KiB rows in session 9's sweep).
 constexpr int64_t kShortFwdRows = 16;
-// The spatial backward (session 25, development machine, 2 threads, AVX2;
+// The spatial backward and spatial_stream (session 25, development machine, 2 threads, AVX2;
 // bench/cpu_softmax_tile_sweep.cpp, W alternated in one process): its two passes
 // (sum g*y per column, then the write) each stream the tile once, and they
 // stream fastest when the tile is contiguous memory, i.e. whole rows of the
@@ -70,7 +73,7 @@ constexpr int64_t kShortFwdRows = 16;
 constexpr int64_t kBwdMaxCols = 4096;
 constexpr int64_t kBwdItemsPerThread = 4;
 
-int64_t spatial_bwd_cols(const SoftmaxProblem& p, int64_t es) {
+int64_t whole_row_cols(const SoftmaxProblem& p, int64_t es) {
   if (p.inner <= 0 || p.outer <= 0 || p.dim_size <= 0) return std::max<int64_t>(0, p.inner);  // no item runs
   const int64_t threads = std::max(1, p.cpu_threads), line = std::max<int64_t>(1, 64 / es);
   auto width = [&](int64_t k) { return std::min(p.inner, ((p.inner + k - 1) / k + line - 1) / line * line); };
@@ -113,13 +116,14 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
   return p;
 }
 
-// CPU plan. One path per (op, direction, inner == 1 or not), 64-bit indices.
+// CPU plan. One path per (op, direction, inner == 1 or not; the forward's
+// spatial_stream past the L2 rule), 64-bit indices.
 // Worked example, softmax forward float32 over dim 1 of [32, 1000, 4096]:
 // inner = 4096 > 1: spatial; D = 1000 > 512, and 1000 * 128 * (4 + 4) B <= 1 MiB:
 // W = 128, 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile
 // (the backward: whole rows, W = 4096, 32 items). Over dim 0 of [8192, 8192]:
-// 8192 * 128 * 8 B > 1 MiB: W = 4 MiB / (4 B * 8192) = 128 -> at least 256 (the
-// backward on 2 threads: 8192 / 4096 -> 2 items of W = 4096; on 16: 16 of 512).
+// 8192 * 128 * 8 B > 1 MiB: spatial_stream, whole rows like the backward (on 2
+// threads: 8192 / 4096 -> 2 items of W = 4096; on 16: 16 of 512).
 // Over dim 1 of [64, 256, 56, 56]: forward rows of 1 KiB, W = 256 in float32,
 // 512 in 16-bit types (128 in float64); the backward whole rows, W = 3136. Over
 // dim -1 of [16384, 4096]: lastdim, blocks of 16 KiB / 4 B = 4096.
@@ -145,26 +149,29 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   Plan plan;
   const bool last = p.inner == 1;
   const bool fwd = p.direction == Direction::Fwd;
+  const int64_t es = std::max(1, dtype_size(p.dtype));
+  const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
+  // The forward's [D, 128] tiles of x and of the exps fit in half of L2 up to this D.
+  const int64_t l2_rows = kL2TileBytes / (kTileCols * (acc + es));
+  const bool streamed = !last && fwd && p.dim_size > kLongDim && p.dim_size > l2_rows;
   if (p.log) {
-    if (fwd) plan.path = last ? "log_softmax.fwd.cpu.lastdim.i64" : "log_softmax.fwd.cpu.spatial.i64";
+    if (fwd) plan.path = last ? "log_softmax.fwd.cpu.lastdim.i64"
+                         : streamed ? "log_softmax.fwd.cpu.spatial_stream.i64" : "log_softmax.fwd.cpu.spatial.i64";
     else plan.path = last ? "log_softmax.bwd.cpu.lastdim.i64" : "log_softmax.bwd.cpu.spatial.i64";
   } else {
-    if (fwd) plan.path = last ? "softmax.fwd.cpu.lastdim.i64" : "softmax.fwd.cpu.spatial.i64";
+    if (fwd) plan.path = last ? "softmax.fwd.cpu.lastdim.i64"
+                         : streamed ? "softmax.fwd.cpu.spatial_stream.i64" : "softmax.fwd.cpu.spatial.i64";
     else plan.path = last ? "softmax.bwd.cpu.lastdim.i64" : "softmax.bwd.cpu.spatial.i64";
   }
   plan.index_bits = 64;
-  const int64_t es = std::max(1, dtype_size(p.dtype));
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
-  } else if (!fwd) {
-    plan.chunk = spatial_bwd_cols(p, es);
+  } else if (!fwd || streamed) {
+    plan.chunk = whole_row_cols(p, es);
   } else {
-    int64_t w = p.dim_size < kShortFwdRows ? kTileCols : std::max(kTileCols, kRowBytes / es);
-    if (p.dim_size > kLongDim) {
-      const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
-      if (p.dim_size <= kL2TileBytes / (kTileCols * (acc + es))) w = kTileCols;
-      else w = std::clamp<int64_t>(kLongTileBytes / acc / p.dim_size / 16 * 16, kL3TileMinCols, kWideCols);
-    }
+    const int64_t w = p.dim_size > kLongDim ? kTileCols  // D <= l2_rows here
+                      : p.dim_size < kShortFwdRows ? kTileCols
+                                                   : std::max(kTileCols, kRowBytes / es);
     plan.chunk = std::min(w, p.inner);
   }
   return plan;
@@ -196,7 +203,8 @@ void check_like(const char* op, const char* name, const TensorView& t, const cha
 void forward_out(bool log, const TensorView& x, int64_t dim, const TensorView& out) {
   const char* op = op_name(log, Direction::Fwd);
   check_input(op, "x", x);
-  const SoftmaxProblem p = make_softmax_problem(x.sizes, dim, x.dtype, Direction::Fwd, log, backend_of(x));
+  SoftmaxProblem p = make_softmax_problem(x.sizes, dim, x.dtype, Direction::Fwd, log, backend_of(x));
+  p.cpu_threads = cpu::softmax_threads();
   check_like(op, "out", out, "x", x);
   SEGRED_CHECK(out.is_contiguous(), ValueError, op, ": out must be contiguous");
   SEGRED_CHECK(!overlaps(out, x), ValueError, op, ": out must not overlap x");

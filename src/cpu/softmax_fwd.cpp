@@ -2,7 +2,7 @@
 // softmax_fwd_kernels.inc, their vector layer in softmax_vec_kernels.inc, built
 // once per instruction set (softmax_isa_kernels.inc), picked per call.
 //
-// Paths (src/core/registry.cpp; log_softmax has the same two under its own op name):
+// Paths (src/core/registry.cpp; log_softmax has the same three under its own op name):
 //   softmax.fwd.cpu.lastdim.i64   inner == 1: a row is D contiguous values, reduced
 //       in blocks of plan.chunk values (max, then exps), written in one more pass;
 //       rows of at most 16 vectors (8 on AVX2 / SSE2) are held in registers instead
@@ -10,12 +10,18 @@
 //   softmax.fwd.cpu.spatial.i64   inner > 1: a work item is one outer index and a
 //       tile of W = plan.chunk columns, the reduced values of a column `inner`
 //       apart; every inner loop runs along the W contiguous columns.
-// Both take one exp per element (softmax keeps the exps in a per-thread buffer
-// and rescales per block at the end), read x once from memory and write y once
-// (streaming stores for large calls; the second read of x, log_softmax, is from
-// L2 when the row / tile fits there). OpenMP over rows / work items, static
-// schedule; the reduction order is a function of D, W and plan.chunk only, so
-// results are deterministic.
+//   softmax.fwd.cpu.spatial_stream.i64   inner > 1 and D too long for spatial's
+//       [D, W] tiles of exps to stay in L2: tiles of whole slab rows (W =
+//       plan.chunk, the backward's rule), the column statistics in one pass and
+//       y in a second, each streaming the tile from start to end; two exps per
+//       element and x read twice (from L2/L3 where the tile fits, else memory).
+// The first two take one exp per element (softmax keeps the exps in a per-thread
+// buffer and rescales per block at the end), read x once from memory and write y
+// once (streaming stores for large calls; the second read of x, log_softmax, is
+// from L2 when the row / tile fits there). OpenMP over rows / work items, static
+// schedule; the reduction order is a function of D, W and plan.chunk only
+// (spatial_stream's of D only: blocks of rows per column), so results are
+// deterministic.
 #include "src/cpu/softmax_isa.h"  // first: its compiler settings apply to every include
 
 #include <omp.h>

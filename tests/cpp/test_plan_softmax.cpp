@@ -134,6 +134,35 @@ TEST(SoftmaxPlan, SpatialBackwardTilesAreWholeRowsForEveryThread) {
   EXPECT_EQ(w({1, 2, int64_t(1) << 40}, 1, 1024), 4096);
 }
 
+// The forward past spatial's L2 rule (D > 512 and D * 128 * (accumulation +
+// element size) > 1 MiB) streams: spatial_stream, for both ops, every dtype at
+// its boundary; the backward never does.
+TEST(SoftmaxPlan, SpatialStreamPastTheL2Rule) {
+  struct B { DType dt; int64_t last_spatial; };
+  for (const B& b : {B{DType::Float32, 1024}, B{DType::Float16, 1365}, B{DType::BFloat16, 1365},
+                     B{DType::Float64, 512}})
+    for (bool log : {false, true}) {
+      const std::string op = log ? "log_softmax" : "softmax";
+      SCOPED_TRACE(op + " " + std::string(dtype_name(b.dt)));
+      EXPECT_EQ(plan_for({3, b.last_spatial, 40}, 1, Direction::Fwd, log, b.dt).path, op + ".fwd.cpu.spatial.i64");
+      EXPECT_EQ(plan_for({3, b.last_spatial + 1, 40}, 1, Direction::Fwd, log, b.dt).path,
+                op + ".fwd.cpu.spatial_stream.i64");
+      EXPECT_EQ(plan_for({3, b.last_spatial + 1, 40}, 1, Direction::Bwd, log, b.dt).path, op + ".bwd.cpu.spatial.i64");
+      EXPECT_EQ(plan_for({3, b.last_spatial + 1, 1}, 1, Direction::Fwd, log, b.dt).path, op + ".fwd.cpu.lastdim.i64");
+      EXPECT_EQ(plan_for({b.last_spatial + 1, k2_32 + 1}, 0, Direction::Fwd, log, b.dt).path,
+                op + ".fwd.cpu.spatial_stream.i64");
+    }
+  EXPECT_EQ(plan_for({1, 513, 40}, 1, Direction::Fwd, false, DType::Float64).path, "softmax.fwd.cpu.spatial_stream.i64");
+  EXPECT_EQ(plan_for({1, 512, 40}, 1, Direction::Fwd, false, DType::Float64).path, "softmax.fwd.cpu.spatial.i64");
+  // Its tiles are the backward's: whole rows for every thread.
+  for (int threads : {1, 2, 3, 16}) {
+    SoftmaxProblem f = make_softmax_problem({8192, 8192}, 0, DType::Float32, Direction::Fwd);
+    SoftmaxProblem g = make_softmax_problem({8192, 8192}, 0, DType::Float32, Direction::Bwd);
+    f.cpu_threads = g.cpu_threads = threads;
+    EXPECT_EQ(plan_softmax(f).chunk, plan_softmax(g).chunk) << threads << " threads";
+  }
+}
+
 // The worked examples in plan_softmax's comment, and the chunk rules.
 TEST(SoftmaxPlan, ChunkRules) {
   EXPECT_EQ(plan_for({32, 1000, 4096}, 1).chunk, 128);
@@ -158,22 +187,22 @@ TEST(SoftmaxPlan, ChunkRules) {
   EXPECT_EQ(plan_for({64, 256, 56, 56}, 1, Direction::Bwd, false, DType::Float64).chunk, 3136);
   EXPECT_EQ(plan_for({64, 512, 300}, 1, Direction::Bwd, false, DType::Float16).chunk, 300);  // never wider than inner
   // D > 512: the backward's whole rows. The forward: 128 columns while the
-  // [D, 128] tiles of x and of the exps fit in 1 MiB, else the tile of exps ~4 MiB
-  // and at least 256 columns.
+  // [D, 128] tiles of x and of the exps fit in 1 MiB, else spatial_stream with
+  // the backward's whole rows (SpatialStreamPastTheL2Rule below).
   EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Bwd).chunk, 4096);
   EXPECT_EQ(plan_for({32, 1000, 4096}, 1, Direction::Fwd, true).chunk, 128);
   EXPECT_EQ(plan_for({4, 1024, 4096}, 1).chunk, 128);    // 1024 * 128 * 8 B = 1 MiB: fits
-  EXPECT_EQ(plan_for({4, 1025, 4096}, 1).chunk, 1008);   // 4 MiB / (4 B * 1025) = 1023 -> 1008
+  EXPECT_EQ(plan_for({4, 1025, 4096}, 1).chunk, 4096);   // spatial_stream: whole rows
   EXPECT_EQ(plan_for({4, 1365, 4096}, 1, Direction::Fwd, false, DType::Float16).chunk, 128);  // 6 B per value
-  EXPECT_EQ(plan_for({4, 1366, 4096}, 1, Direction::Fwd, false, DType::BFloat16).chunk, 752);
-  EXPECT_EQ(plan_for({4, 1000, 4096}, 1, Direction::Fwd, false, DType::Float64).chunk, 512);  // 16 B per value
-  EXPECT_EQ(plan_for({8192, 8192}, 0).chunk, 256);
+  EXPECT_EQ(plan_for({4, 1366, 4096}, 1, Direction::Fwd, false, DType::BFloat16).chunk, 4096);
+  EXPECT_EQ(plan_for({4, 1000, 4096}, 1, Direction::Fwd, false, DType::Float64).chunk, 4096);  // 16 B per value: streamed
+  EXPECT_EQ(plan_for({8192, 8192}, 0).chunk, 4096);
   EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Bwd).chunk, 4096);  // one thread (plan_for's default)
-  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Fwd, false, DType::Float64).chunk, 256);
-  EXPECT_EQ(plan_for({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 512);
+  EXPECT_EQ(plan_for({8192, 8192}, 0, Direction::Fwd, false, DType::Float64).chunk, 4096);
+  EXPECT_EQ(plan_for({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 4096);
   EXPECT_EQ(plan_for({1000, 100}, 0).chunk, 100);  // never wider than inner
-  // Huge D: the forward's tile stays at least 256 columns wide.
-  EXPECT_EQ(plan_for({1, k2_32, 1000}, 1).chunk, 256);
+  // Huge D: streamed, whole rows.
+  EXPECT_EQ(plan_for({1, k2_32, 1000}, 1).chunk, 1000);
   // Plans are values: equal for equal problems, printable.
   EXPECT_EQ(plan_for({8, 4, int64_t(1) << 24}, 1), plan_for({8, 4, int64_t(1) << 24}, 1));
   EXPECT_NE(plan_for({8, 4, 16}, 1).to_string().find("softmax.fwd.cpu.spatial.i64"), std::string::npos);

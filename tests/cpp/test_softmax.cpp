@@ -99,9 +99,15 @@ Problem decompose(const Shape& shape, int64_t dim) {
   return {shape, dim, r};
 }
 
-std::string path_of(bool log, Direction dir, int64_t inner) {
-  return std::string(log ? "log_softmax." : "softmax.") + (dir == Direction::Fwd ? "fwd" : "bwd") + ".cpu." +
-         (inner == 1 ? "lastdim" : "spatial") + ".i64";
+// The path a call must reach: lastdim when inner == 1, else spatial, except the
+// forward over a D past spatial's L2 rule (plan_softmax): spatial_stream.
+std::string path_of(bool log, Direction dir, const reference::SoftmaxShape& s, DType dt) {
+  const int64_t l2_rows = dt == DType::Float64 ? 512 : dt == DType::Float32 ? 1024 : 1365;
+  const char* kind = s.inner == 1 ? "lastdim"
+                     : dir == Direction::Fwd && s.D > 512 && s.D > l2_rows ? "spatial_stream"
+                                                                           : "spatial";
+  return std::string(log ? "log_softmax." : "softmax.") + (dir == Direction::Fwd ? "fwd" : "bwd") + ".cpu." + kind +
+         ".i64";
 }
 
 // Random generator with the seed in every failure message.
@@ -172,8 +178,8 @@ void check_against_reference(const Problem& pr, const std::vector<double>& x_in,
       continue;
     }
     ASSERT_EQ(rec.size(), 2u);
-    EXPECT_EQ(rec[0].path, path_of(log, Direction::Fwd, pr.ref.inner));
-    EXPECT_EQ(rec[1].path, path_of(log, Direction::Bwd, pr.ref.inner));
+    EXPECT_EQ(rec[0].path, path_of(log, Direction::Fwd, pr.ref, dt));
+    EXPECT_EQ(rec[1].path, path_of(log, Direction::Bwd, pr.ref, dt));
     EXPECT_EQ(rec[0].op, log ? "log_softmax" : "softmax");
   }
 }
@@ -453,11 +459,17 @@ TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
   const bool f64 = dt == DType::Float64;
   struct Case {
     Shape shape;
-    int64_t w;  // the forward plan's tile width
+    int64_t w;  // the forward plan's tile width on one thread
   };
+  // The calls run on 3 threads, so that the tiles of whole rows (spatial_stream,
+  // the backward) are cut for them whatever this machine's thread count.
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(3);
   const std::vector<Case> cases = {
-      {{2, 1000, 300}, f64 ? 300 : 128},  // fits 1 MiB (float64: 4 MiB / (8 B * 1000) -> 512, at most inner)
-      {{1, 4100, 260}, 256},              // 4 MiB / (4 B * 4100) = 255 -> 240 -> at least 256; partial tile of 4
+      {{2, 1000, 300}, f64 ? 300 : 128},  // fits 1 MiB (float64: spatial_stream, whole rows)
+      // spatial_stream: whole rows on one thread; on 3: W = 260 / 3 -> 96 (whole
+      // lines; float64 88), tiles 96, 96, 68 (float64 88, 88, 84): partial vectors
+      {{1, 4100, 260}, 260},
       {{3, 3, 700}, 128},  // D = 3 < 16: the forward keeps W = 128; one block per tile, partial tile
       {{2, 300, 700}, std::max<int64_t>(128, 1024 / int64_t(sizeof(T)))},  // D <= 512: rows of 1 KiB
   };
@@ -480,6 +492,7 @@ TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
     gs.push_back(rng.grads(x.size()));
   }
   check_cases_every_isa_and_store<T>(cases, xs, gs);
+  omp_set_num_threads(saved_threads);
   // Non-contiguous: the [1, 4100, 260] case read through a view with D and inner
   // swapped in storage (logical [1, 4100, 260] over storage [1, 260, 4100]).
   const Case& c = cases[1];
@@ -534,8 +547,8 @@ TYPED_TEST(SoftmaxDtype, PoisonedOutputsAreFullyWritten) {
       EXPECT_TRUE(all_close<T>(gid, reference::softmax_backward(pr.ref, g, yd, log), 8.0));
       const auto rec = trace.records();
       ASSERT_EQ(rec.size(), 2u);
-      EXPECT_EQ(rec[0].path, path_of(log, Direction::Fwd, pr.ref.inner));
-      EXPECT_EQ(rec[1].path, path_of(log, Direction::Bwd, pr.ref.inner));
+      EXPECT_EQ(rec[0].path, path_of(log, Direction::Fwd, pr.ref, dt));
+      EXPECT_EQ(rec[1].path, path_of(log, Direction::Bwd, pr.ref, dt));
     }
   }
 }
@@ -709,6 +722,37 @@ TEST(SoftmaxTrace, LogSoftmaxFwdSpatial) { expect_single_launch({true, Direction
 TEST(SoftmaxTrace, LogSoftmaxBwdLastdim) { expect_single_launch({true, Direction::Bwd, false}); }
 TEST(SoftmaxTrace, LogSoftmaxBwdSpatial) { expect_single_launch({true, Direction::Bwd, true}); }
 
+// The forward over a long D (past spatial's L2 rule: float32 D > 1024) takes
+// spatial_stream, one launch, values against the reference; the backward of the
+// same shape stays spatial.
+void expect_stream_launch(bool log) {
+  const int64_t D = 1030, I = 3;
+  std::vector<float> x(size_t(D * I)), g(size_t(D * I));
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = float(i % 13) * 0.75f - 4.0f;
+    g[i] = float(i % 5) - 2.0f;
+  }
+  const Shape shape{D, I};
+  const TensorView xv(x.data(), DType::Float32, shape), gv(g.data(), DType::Float32, shape);
+  TraceSession trace;
+  const Tensor y = log ? log_softmax(xv, 0) : softmax(xv, 0);
+  const Tensor gi = log ? log_softmax_backward(gv, y, 0) : softmax_backward(gv, y, 0);
+  const auto rec = trace.records();
+  ASSERT_EQ(rec.size(), 2u);
+  const std::string op = log ? "log_softmax" : "softmax";
+  EXPECT_EQ(rec[0].path, op + ".fwd.cpu.spatial_stream.i64");
+  EXPECT_EQ(rec[1].path, op + ".bwd.cpu.spatial.i64");
+  EXPECT_EQ(rec[0].op, op);
+  EXPECT_EQ(rec[0].direction, Direction::Fwd);
+  EXPECT_NO_THROW(path_info(rec[0].path));
+  const reference::SoftmaxShape r{1, D, I};
+  const std::vector<double> xd(x.begin(), x.end());
+  EXPECT_TRUE(all_close<float>(as_double(y.ptr<const float>(), x.size()), reference::softmax_forward(r, xd, log),
+                               log ? 8.0 : 1.0));
+}
+TEST(SoftmaxTrace, SoftmaxFwdSpatialStream) { expect_stream_launch(false); }
+TEST(SoftmaxTrace, LogSoftmaxFwdSpatialStream) { expect_stream_launch(true); }
+
 TEST(SoftmaxTrace, EveryCpuSoftmaxPathIsRegistered) {
   int n = 0;
   for (const auto& p : paths())
@@ -716,7 +760,7 @@ TEST(SoftmaxTrace, EveryCpuSoftmaxPathIsRegistered) {
       ++n;
       EXPECT_EQ(p.index_bits, 64);
     }
-  EXPECT_EQ(n, 8);
+  EXPECT_EQ(n, 10);  // lastdim, spatial x fwd, bwd x both ops; spatial_stream x fwd x both ops
 }
 
 // ---- strides ---------------------------------------------------------------------

@@ -49,12 +49,17 @@ def close(got, want, dtype):
     assert ok.all(), f"mismatch at {np.argwhere(~ok)[:5].tolist()}: got {got[~ok][:5]}, want {want[~ok][:5]}"
 
 
-def kind(shape, dim):
-    """The path a shape/dim must take: lastdim when nothing follows dim (inner == 1)."""
+def kind(shape, dim, dtype, fwd):
+    """The path a shape/dim must take: lastdim when nothing follows dim (inner == 1),
+    else spatial, except the forward over a D past spatial's L2 rule (float32 D >
+    1024, 16-bit D > 1365, float64 D > 512): spatial_stream."""
     if len(shape) == 0:
         return "lastdim"
     d = dim % len(shape)
-    return "lastdim" if int(np.prod(shape[d + 1:], dtype=np.int64)) == 1 else "spatial"
+    if int(np.prod(shape[d + 1:], dtype=np.int64)) == 1:
+        return "lastdim"
+    l2_rows = {np.float64: 512, np.float32: 1024}.get(np.dtype(dtype).type, 1365)
+    return "spatial_stream" if fwd and shape[d] > max(512, l2_rows) else "spatial"
 
 
 def run_both(x, g, dim, dtype):
@@ -71,8 +76,8 @@ def run_both(x, g, dim, dtype):
         close(y, ref_forward(x, dim, log), dtype)
         close(gi, ref_backward(g, y, dim, log), dtype)
         if x.size:
-            k = kind(x.shape, dim)
-            assert [r.path for r in t.records] == [f"{op}.fwd.cpu.{k}.i64", f"{op}.bwd.cpu.{k}.i64"]
+            kf, kb = kind(x.shape, dim, dtype, True), kind(x.shape, dim, dtype, False)
+            assert [r.path for r in t.records] == [f"{op}.fwd.cpu.{kf}.i64", f"{op}.bwd.cpu.{kb}.i64"]
             assert [r.op for r in t.records] == [op, op]
         else:
             assert t.records == []
