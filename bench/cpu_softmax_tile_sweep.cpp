@@ -7,7 +7,8 @@
 // Run: OMP_NUM_THREADS=2 taskset -c 0,1 ./sweep [fwd|bwd|both] [W ...]   (W = 0: the planner's;
 // a W repeated alternates with the others in one process: the pairs of
 // bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index;
-// SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25).
+// SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25),
+// SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores.
 #include <omp.h>
 
 #include <algorithm>
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
           plan.path = std::string_view(form) == "stream" ? "softmax.fwd.cpu.spatial_stream.i64" : "softmax.fwd.cpu.spatial.i64";
         };
         force(std::getenv("SWEEP_FORM"));
+        // SWEEP_STREAM_PAIRS=1: even positions of the W list with ordinary stores
+        // (softmax_stream_mode 1), odd ones with streaming stores (2) (session 25).
+        if (std::getenv("SWEEP_STREAM_PAIRS")) cpu::softmax_stream_mode() = (&w - ws.data()) % 2 == 1 ? 2 : 1;
         if ((&w - ws.data()) % 2 == 1) force(std::getenv("SWEEP_FORM_ODD"));
         std::vector<double> t;
         for (int k = 0; k < 8; ++k) {
@@ -79,8 +83,8 @@ int main(int argc, char** argv) {
         t.erase(t.begin());
         std::sort(t.begin(), t.end());
         const double gbps = (bwd ? 3 : 2) * tb / t[t.size() / 2] / 1e9;
-        std::printf("%-18s dim%ld %s %s %-6s W=%-5ld %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
-                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", (plan.path.find("stream") != std::string_view::npos ? "stream" : ""), long(plan.chunk), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
+        std::printf("%-18s dim%ld %s %s %-6s W=%-5ld st%d %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
+                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", (plan.path.find("stream") != std::string_view::npos ? "stream" : ""), long(plan.chunk), int(cpu::softmax_stream_mode().load()), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
         std::fflush(stdout);
       }
     }

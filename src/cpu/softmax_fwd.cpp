@@ -27,6 +27,11 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
 #include <utility>  // std::index_sequence (the short-row kernel's lane reductions)
 
 namespace segred::cpu {
@@ -74,19 +79,92 @@ std::atomic<int>& softmax_stream_mode() {
   return mode;
 }
 
+int64_t parse_cache_size(std::string_view s) {
+  int64_t v = 0;
+  size_t i = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) v = v * 10 + (s[i] - '0');
+  if (i == 0 || v > (int64_t(1) << 40)) return 0;
+  const char u = i < s.size() ? s[i] : '\n';
+  if (u == 'K') return v << 10;
+  if (u == 'M') return v << 20;
+  if (u == 'G') return v << 30;
+  return u == '\n' || u == ' ' ? v : 0;
+}
+
+int64_t count_cpu_list(std::string_view s) {
+  int64_t n = 0;
+  size_t i = 0;
+  auto num = [&](int64_t& v) {
+    const size_t b = i;
+    for (v = 0; i < s.size() && s[i] >= '0' && s[i] <= '9' && v < (int64_t(1) << 30); ++i) v = v * 10 + (s[i] - '0');
+    return i > b;
+  };
+  while (i < s.size() && s[i] != '\n') {
+    int64_t a = 0, b = 0;
+    if (!num(a)) return 0;
+    b = a;
+    if (i < s.size() && s[i] == '-') {
+      ++i;
+      if (!num(b) || b < a) return 0;
+    }
+    n += b - a + 1;
+    if (i < s.size() && s[i] == ',') ++i;
+  }
+  return n;
+}
+
+namespace {
+
+std::string read_small_file(const std::string& path) {
+  std::string s;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[256];
+    const size_t n = std::fread(buf, 1, sizeof buf, f);
+    s.assign(buf, n);
+    std::fclose(f);
+  }
+  return s;
+}
+
+// The last-level cache's share of one CPU: the largest cache level that sysfs
+// lists for cpu0, divided among the CPUs that share that instance. sysconf's
+// _SC_LEVEL3_CACHE_SIZE is the fallback, divided among all online CPUs: on some
+// virtual machines it reports the whole package's L3 (the development machine
+// of session 25: 256 MiB from sysconf on 2 vCPUs whose L3 instance is 32 MiB),
+// so that outputs of 200 MB took ordinary stores and paid a read for ownership.
+int64_t llc_share_per_cpu() {
+  int64_t best_level = 0, size = 0, sharing = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    const std::string level = read_small_file(dir + "level");
+    if (level.empty()) continue;
+    const int64_t lv = std::atoll(level.c_str());
+    const int64_t sz = parse_cache_size(read_small_file(dir + "size"));
+    const int64_t sh = count_cpu_list(read_small_file(dir + "shared_cpu_list"));
+    if (lv > best_level && sz > 0 && sh > 0) {
+      best_level = lv;
+      size = sz;
+      sharing = sh;
+    }
+  }
+  if (best_level >= 2) return size / sharing;
+  const int64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  long v = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+  return (v > 0 ? int64_t(v) : int64_t(32) << 20) / cpus;  // unknown: assume 32 MiB
+}
+
+}  // namespace
+
 bool softmax_stream_output(int64_t bytes_moved) {
   const int mode = softmax_stream_mode().load(std::memory_order_relaxed);
   if (mode != 0) return mode == 2;
   static const int64_t cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
-  static const int64_t llc = [] {
-    long v = 0;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    v = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    return v > 0 ? int64_t(v) : int64_t(32) << 20;  // unknown: assume 32 MiB
-  }();
+  static const int64_t share = llc_share_per_cpu();
   const int64_t threads = std::clamp<int64_t>(omp_get_max_threads(), 1, cpus);
-  return bytes_moved > llc / cpus * threads;
+  return bytes_moved > share * threads;
 }
 
 int softmax_threads() { return std::max(1, omp_get_max_threads()); }

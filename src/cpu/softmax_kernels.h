@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 
 #include "segred/dtype.h"
 #include "segred/plan.h"
@@ -43,6 +44,11 @@ SoftmaxIsa softmax_isa();
 // never, 2 always (tests force both).
 std::atomic<int>& softmax_stream_mode();
 bool softmax_stream_output(int64_t bytes_moved);
+// The parsers behind that cache share (sysfs): a cache size ("32768K", "2M",
+// "512"; 0 when malformed) and the CPU count of a list ("0-1", "0,2-3,8"; 0 when
+// malformed).
+int64_t parse_cache_size(std::string_view s);
+int64_t count_cpu_list(std::string_view s);
 
 // Test hooks: n values through the kernels' vector loads (widen) and stores
 // (narrow) of the given build, whole vectors and a partial last one.

@@ -849,6 +849,25 @@ TEST(SoftmaxCpu, SpatialBackwardBitwiseEqualForEveryThreadCount) {
   }
 }
 
+// The sysfs parsers behind the streaming-store rule's cache share.
+TEST(SoftmaxCpu, CacheSizeAndCpuListParsers) {
+  EXPECT_EQ(cpu::parse_cache_size("32768K\n"), int64_t(32) << 20);
+  EXPECT_EQ(cpu::parse_cache_size("2M"), int64_t(2) << 20);
+  EXPECT_EQ(cpu::parse_cache_size("1G\n"), int64_t(1) << 30);
+  EXPECT_EQ(cpu::parse_cache_size("512\n"), 512);
+  EXPECT_EQ(cpu::parse_cache_size(""), 0);
+  EXPECT_EQ(cpu::parse_cache_size("K"), 0);
+  EXPECT_EQ(cpu::parse_cache_size("12X"), 0);
+  EXPECT_EQ(cpu::parse_cache_size("99999999999999999999K"), 0);
+  EXPECT_EQ(cpu::count_cpu_list("0-1\n"), 2);
+  EXPECT_EQ(cpu::count_cpu_list("0"), 1);
+  EXPECT_EQ(cpu::count_cpu_list("0,2-3,8\n"), 4);
+  EXPECT_EQ(cpu::count_cpu_list("0-15,32-47"), 32);
+  EXPECT_EQ(cpu::count_cpu_list(""), 0);
+  EXPECT_EQ(cpu::count_cpu_list("3-1"), 0);
+  EXPECT_EQ(cpu::count_cpu_list("a"), 0);
+}
+
 // ---- validation --------------------------------------------------------------------
 
 template <class E, class F>
