@@ -82,8 +82,11 @@ std::atomic<int>& softmax_stream_mode() {
 int64_t parse_cache_size(std::string_view s) {
   int64_t v = 0;
   size_t i = 0;
-  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) v = v * 10 + (s[i] - '0');
-  if (i == 0 || v > (int64_t(1) << 40)) return 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+    v = v * 10 + (s[i] - '0');
+    if (v > (int64_t(1) << 40)) return 0;  // no cache is this large: malformed (and no overflow)
+  }
+  if (i == 0) return 0;
   const char u = i < s.size() ? s[i] : '\n';
   if (u == 'K') return v << 10;
   if (u == 'M') return v << 20;
@@ -94,9 +97,12 @@ int64_t parse_cache_size(std::string_view s) {
 int64_t count_cpu_list(std::string_view s) {
   int64_t n = 0;
   size_t i = 0;
-  auto num = [&](int64_t& v) {
+  auto num = [&](int64_t& v) {  // false when no digits or past 2^30 (no CPU numbers that high)
     const size_t b = i;
-    for (v = 0; i < s.size() && s[i] >= '0' && s[i] <= '9' && v < (int64_t(1) << 30); ++i) v = v * 10 + (s[i] - '0');
+    for (v = 0; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+      v = v * 10 + (s[i] - '0');
+      if (v > (int64_t(1) << 30)) return false;
+    }
     return i > b;
   };
   while (i < s.size() && s[i] != '\n') {

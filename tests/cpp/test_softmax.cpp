@@ -866,6 +866,8 @@ TEST(SoftmaxCpu, CacheSizeAndCpuListParsers) {
   EXPECT_EQ(cpu::count_cpu_list(""), 0);
   EXPECT_EQ(cpu::count_cpu_list("3-1"), 0);
   EXPECT_EQ(cpu::count_cpu_list("a"), 0);
+  EXPECT_EQ(cpu::count_cpu_list("0-99999999999999999999"), 0);
+  EXPECT_EQ(cpu::count_cpu_list("99999999999999999999"), 0);
 }
 
 // ---- validation --------------------------------------------------------------------
