@@ -43,7 +43,9 @@ int main(int argc, char** argv) {
                                 {{8, 4, 4194304}, 1, DType::Float32},
                                 {{64, 256, 56, 56}, 1, DType::Float16},
                                 {{64, 256, 56, 56}, 1, DType::Float32},
-                                {{16, 2000, 4096}, 1, DType::Float32}};
+                                {{16, 2000, 4096}, 1, DType::Float32},
+                                {{16384, 4096}, 1, DType::Float32},   // 6, 7: lastdim (the stream pairs only)
+                                {{16384, 4096}, 1, DType::Float16}};
   const char* sel = std::getenv("SWEEP_CASES");  // e.g. "013": the cases' indices
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     if (sel && !std::strchr(sel, char('0' + ci))) continue;
