@@ -40,7 +40,7 @@ namespace {
 // process, bench/cpu_softmax_tile_sweep.cpp): rows of 1 KiB, W = 1024 B / the
 // element size (256 float32, 512 16-bit), [64, 256, 56, 56] float16 41.7-42.7 ->
 // 27.1-29.6 ms, float32 54.7-83.1 -> 35.3-42.6 ms against W = 128 (session 25:
-// whole rows faster still, see kBwdMaxCols). The forward with D <= 512 takes
+// whole rows faster still, see kWholeRowMaxCols). The forward with D <= 512 takes
 // the same rows (session 10): with the kernel's prefetches spread over its exps pass, perf of [64, 256, 56, 56] float16 put
 // 19.5% of the kernel's samples on the prefetches at W = 128 and 6.5% at 512 (the
 // hardware's L2 prefetcher follows a run of 16 lines in a page, not one of 4);
@@ -64,14 +64,14 @@ constexpr int64_t kShortFwdRows = 16;
 // 27-28 -> 23-25 ms at W = 3136 against rows of 1 KiB; [32, 1000, 4096] 108-112
 // -> 92-105 ms and [8192, 8192] dim 0 66-86 -> 50-56 ms at W = 4096 against
 // 1024; [8, 4, 2^22] and [16, 2000, 4096] the same. So W = inner, cut into the
-// fewest equal pieces (whole cache lines) of at most kBwdMaxCols columns (the
+// fewest equal pieces (whole cache lines) of at most kWholeRowMaxCols columns (the
 // per-column sums, 2 x 16 KiB in float32, stay in L1d) that give every thread
 // work: at least p.cpu_threads items, and a multiple of them while there are
 // fewer than 4 per thread (3 items on 2 threads would leave one idle for a
 // third of the call). The sums run over rows per column whatever W, so W never
 // changes a result.
-constexpr int64_t kBwdMaxCols = 4096;
-constexpr int64_t kBwdItemsPerThread = 4;
+constexpr int64_t kWholeRowMaxCols = 4096;
+constexpr int64_t kWholeRowItemsPerThread = 4;
 
 int64_t whole_row_cols(const SoftmaxProblem& p, int64_t es) {
   if (p.inner <= 0 || p.outer <= 0 || p.dim_size <= 0) return std::max<int64_t>(0, p.inner);  // no item runs
@@ -79,10 +79,10 @@ int64_t whole_row_cols(const SoftmaxProblem& p, int64_t es) {
   auto width = [&](int64_t k) { return std::min(p.inner, ((p.inner + k - 1) / k + line - 1) / line * line); };
   auto balanced = [&](int64_t k) {
     const int64_t items = p.outer * ((p.inner + width(k) - 1) / width(k));
-    return items >= kBwdItemsPerThread * threads || (items >= threads && items % threads == 0);
+    return items >= kWholeRowItemsPerThread * threads || (items >= threads && items % threads == 0);
   };
-  int64_t k = (p.inner + kBwdMaxCols - 1) / kBwdMaxCols;
-  // Bounded: outer * k reaches kBwdItemsPerThread * threads after that many steps
+  int64_t k = (p.inner + kWholeRowMaxCols - 1) / kWholeRowMaxCols;
+  // Bounded: outer * k reaches kWholeRowItemsPerThread * threads after that many steps
   // at most, and a tile of one cache line ends it anyway.
   while (!balanced(k) && width(k) > line) ++k;
   return width(k);

@@ -98,7 +98,7 @@ TEST(SoftmaxPlan, DimsOfOneAndTwo) {
   EXPECT_EQ(plan_for({}, 0).path, "softmax.fwd.cpu.lastdim.i64");
 }
 
-// The spatial backward's tiles (plan_softmax, kBwdMaxCols): whole rows of the
+// The spatial backward's tiles (plan_softmax, kWholeRowMaxCols): whole rows of the
 // [D, inner] slab up to 4096 columns, cut into equal pieces of whole cache lines
 // until every thread has an item (a multiple of the threads below 4 per thread).
 TEST(SoftmaxPlan, SpatialBackwardTilesAreWholeRowsForEveryThread) {

@@ -250,6 +250,16 @@ TYPED_TEST(SoftmaxDtype, RandomShapesEveryDimAgainstReference) {
 // with streaming (non-temporal) output stores forced, on both paths: rows across
 // blocks and vector tails, spatial tiles narrower than inner, short and long D,
 // and every special-value row kind.
+// OpenMP's team size for a test's calls, the previous one back at scope exit
+// (or at restore()).
+struct OmpThreadsScope {
+  int saved = omp_get_max_threads();
+  OmpThreadsScope() = default;
+  explicit OmpThreadsScope(int n) { omp_set_num_threads(n); }
+  void restore() const { omp_set_num_threads(saved); }
+  ~OmpThreadsScope() { restore(); }
+};
+
 struct IsaAndStreamScope {
   ~IsaAndStreamScope() {
     cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
@@ -463,8 +473,7 @@ TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
   };
   // The calls run on 3 threads, so that the tiles of whole rows (spatial_stream,
   // the backward) are cut for them whatever this machine's thread count.
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(3);
+  OmpThreadsScope threads(3);
   const std::vector<Case> cases = {
       {{2, 1000, 300}, f64 ? 300 : 128},  // fits 1 MiB (float64: spatial_stream, whole rows)
       // spatial_stream: whole rows on one thread; on 3: W = 260 / 3 -> 96 (whole
@@ -492,7 +501,7 @@ TYPED_TEST(SoftmaxDtype, SpatialTileWidthsOfThePlanAgainstReference) {
     gs.push_back(rng.grads(x.size()));
   }
   check_cases_every_isa_and_store<T>(cases, xs, gs);
-  omp_set_num_threads(saved_threads);
+  threads.restore();
   // Non-contiguous: the [1, 4100, 260] case read through a view with D and inner
   // swapped in storage (logical [1, 4100, 260] over storage [1, 260, 4100]).
   const Case& c = cases[1];
@@ -826,7 +835,7 @@ TEST(SoftmaxCpu, DeterministicAcrossRuns) {
 TEST(SoftmaxCpu, SpatialBackwardBitwiseEqualForEveryThreadCount) {
   Rng rng;
   SEED_TRACE(rng);
-  const int saved = omp_get_max_threads();
+  OmpThreadsScope restore;
   for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{{{3, 70, 700}, 1}, {{300, 9000}, 0}}) {
     const int64_t n = numel(shape);
     std::vector<float> x(static_cast<size_t>(n)), g(static_cast<size_t>(n));
@@ -845,7 +854,6 @@ TEST(SoftmaxCpu, SpatialBackwardBitwiseEqualForEveryThreadCount) {
       EXPECT_EQ(0, std::memcmp(gi.back().data(), gi.front().data(), size_t(n) * 4));
       EXPECT_EQ(0, std::memcmp(lgi.back().data(), lgi.front().data(), size_t(n) * 4));
     }
-    omp_set_num_threads(saved);
   }
 }
 
