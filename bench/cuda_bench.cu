@@ -11,7 +11,11 @@
 // device lengths (LENGTHS lines: offsets ms, lengths ms, fwd then bwd).
 // Flags: --only SUBSTRING (cases), --dtype float32|bfloat16, --reps N, --dir D, --graph,
 // --feat-items N (session 24: every feature call at N merge items per worker, i.e.
-// SegmentTestCaps::feat_items, in place of the plan's feat_items_rule; 0 the rule).
+// SegmentTestCaps::feat_items, in place of the plan's feat_items_rule; 0 the rule),
+// --items-sweep N,N,... (session 26: feature cases only, nothing else timed: per case,
+// dtype, reduce and direction, every listed items value (0: the plan's rule) timed in
+// --sweep-rounds rounds (default 3), the list's order rotated each round; SWEEP lines:
+// case, dtype, reduce, dir, items, grid, ms of each round, bytes).
 //
 // Build (tools/gpu-check): nvcc -O3 -std=c++20 -arch=sm_90 --expt-relaxed-constexpr
 //   -Xcompiler -fopenmp -I include -I . bench/cuda_bench.cu build/libsegred.a
@@ -37,6 +41,8 @@ namespace {
 
 int g_reps = 20;
 int g_feat_items = 0;  // --feat-items: SegmentTestCaps::feat_items of every call (0: the plan's rule)
+std::vector<int> g_sweep;  // --items-sweep: merge items per feature worker to time (0: the plan's rule)
+int g_sweep_rounds = 3;
 
 // Per call, `batch` calls back to back between two events (call i is f(i): the
 // caller rotates its inputs by i), median over `reps` rounds. batch > 1: the kernels'
@@ -244,6 +250,35 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
     auto O = [&](int i) { return TensorView(out[size_t(i % nbuf)]->p, dt, os, {}, gpu); };
     auto G = [&](int i) { return TensorView(grad[size_t(i % nbuf)]->p, dt, os, {}, gpu); };
     auto GI = [&](int i) { return TensorView(gi[size_t(i % nbuf)]->p, dt, xs, {}, gpu); };
+    if (!g_sweep.empty()) {  // --items-sweep: the items values alternated, nothing else
+      const double bytes[2] = {double(n + nout) * es + meta,
+                               red == Reduce::Sum ? double(nout + n) * es + meta : double(2 * nout + 2 * n) * es + meta};
+      auto& caps = segred::detail::segment_test_caps();
+      const size_t K = g_sweep.size();
+      std::vector<std::vector<double>> ms(2 * K);
+      for (int b = 0; b < nbuf; ++b) segment_reduce_out(X(b), red, seg, O(b));  // outputs for the backward
+      for (int r = 0; r < g_sweep_rounds; ++r)
+        for (size_t k0 = 0; k0 < K; ++k0) {
+          const size_t k = (k0 + size_t(r)) % K;
+          caps.feat_items = g_sweep[k];
+          ms[2 * k].push_back(median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps));
+          ms[2 * k + 1].push_back(median_ms(
+              [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); }, g_reps));
+        }
+      for (size_t k = 0; k < K; ++k)
+        for (int d = 0; d < 2; ++d) {
+          caps.feat_items = g_sweep[k];
+          const Plan pl = plan_segment_reduce(SegmentProblem{Backend::CUDA, d ? Direction::Bwd : Direction::Fwd, red,
+                                                            dt, DType::Int64, 1, rows, inner, S});
+          std::printf("SWEEP\t%s\t%s\t%s\t%s\t%lld\t%lld", c.name.c_str(), std::string(dtype_name(dt)).c_str(),
+                      rname, d ? "bwd" : "fwd", (long long)pl.chunk, (long long)pl.grid[0]);
+          for (const double v : ms[2 * k + size_t(d)]) std::printf("\t%.5f", v);
+          std::printf("\t%.0f\n", bytes[d]);
+        }
+      caps.feat_items = g_feat_items;
+      std::fflush(stdout);
+      continue;
+    }
     const double tf = median_ms([&](int i) { segment_reduce_out(X(i), red, seg, O(i)); }, g_reps);
     const double bf = double(n + nout) * es + meta;
     for (int b = 0; b < nbuf; ++b) segment_reduce_out(X(b), red, seg, O(b));
@@ -387,6 +422,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) only_dtype = argv[++i];  // float32 | bfloat16
     else if (!std::strcmp(argv[i], "--graph")) g_graph = true;
     else if (!std::strcmp(argv[i], "--feat-items") && i + 1 < argc) g_feat_items = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--sweep-rounds") && i + 1 < argc) g_sweep_rounds = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--items-sweep") && i + 1 < argc) {
+      for (const char* t = argv[++i]; *t;) {
+        g_sweep.push_back(std::atoi(t));
+        while (*t && *t != ',') ++t;
+        if (*t == ',') ++t;
+      }
+    }
   }
   segred::detail::segment_test_caps().feat_items = g_feat_items;
   if (g_feat_items > 0) std::printf("FEAT_ITEMS\t%d\n", g_feat_items);
@@ -402,6 +445,7 @@ int main(int argc, char** argv) {
   }
   for (const Case& c : cases()) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    if (!g_sweep.empty() && c.inner == 1) continue;  // the sweep times feature cases only
     for (DType dt : {DType::Float32, DType::BFloat16})
       if (only_dtype.empty() || only_dtype == dtype_name(dt)) run_case(c, dt, dir);
   }
