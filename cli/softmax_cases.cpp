@@ -8,6 +8,7 @@
 #include <set>
 
 #include "segred/segred.h"
+#include "src/cpu/softmax_kernels.h"
 #include "src/reference/softmax_ref.h"
 
 namespace segred::cli {
@@ -72,11 +73,16 @@ const std::vector<SoftmaxInput>& softmax_inputs() {
     // Columns longer than a spatial statistics block, tile narrower than inner
     // (on CUDA: spatial_staged in the 2- and 4-byte dtypes, a cluster over D;
     // spatial in float64).
-    {
+    // On the CPU with both L2 sizes the plan tells apart (session 26): 512 KiB takes
+    // spatial_stream forward and whole rows backward, 2 MiB spatial with a long tile of
+    // exps forward and 1024 columns backward.
+    for (const int64_t l2 : {int64_t(512) << 10, int64_t(2) << 20}) {
       const int64_t D = 1100, inner = 300;
-      SoftmaxInput in{"long_columns_tiles", {D, inner}, 0, wave(size_t(D * inner), 8.0)};
+      SoftmaxInput in{std::string("long_columns_tiles_l2_") + (l2 < (int64_t(1) << 20) ? "512k" : "2m"),
+                      {D, inner}, 0, wave(size_t(D * inner), 8.0)};
       for (int64_t d = 0; d < 600; ++d) in.data[size_t(d * inner + 7)] = -kInf;
       in.data[size_t(1000 * inner + 7)] = 15.0;
+      in.cpu_l2 = l2;
       v.push_back(in);
     }
     // Columns of 5000 over dim 0, 64 wide (session 21): on CUDA the backward's g
@@ -217,6 +223,13 @@ Outcome run_case(const SoftmaxCase& c, DeviceRef dev) {
     }
   };
 
+  struct L2Scope {  // the input's L2 for the CPU plan, restored on exit
+    int64_t saved = cpu::softmax_l2_override().load();
+    explicit L2Scope(int64_t v) {
+      if (v >= 0) cpu::softmax_l2_override() = v;
+    }
+    ~L2Scope() { cpu::softmax_l2_override() = saved; }
+  } l2_scope(dev.type == Device::CPU ? in.cpu_l2 : -1);
   TraceSession trace;
   const Tensor ydev = c.log ? log_softmax(xdev.view, in.dim) : softmax(xdev.view, in.dim);
   const Tensor y = dev.type == Device::CPU ? ydev : Tensor::copy_to(ydev, {});

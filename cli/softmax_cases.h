@@ -37,6 +37,9 @@ struct SoftmaxInput {
   int64_t dim;
   std::vector<double> data;
   bool transposed = false;  // 2-D only: stored as [cols, rows], viewed with swapped strides
+  // The CPU's L2 in bytes the CPU plan sees for this input (cpu::softmax_l2_override;
+  // -1: the machine's): session 26's two tile families, each reached on every machine.
+  int64_t cpu_l2 = -1;
 };
 
 struct SoftmaxCase {

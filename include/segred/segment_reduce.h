@@ -77,6 +77,12 @@ struct SegmentProblem {
   int64_t axis_len = 0;      // L
   int64_t inner = 1;         // features reduced independently
   int64_t num_segments = 0;  // S per row
+  // CUDA device facts the feature work split depends on (src/core/segment_geometry.h,
+  // feat_wave_items). The launcher fills them from the device: the multiprocessors, and
+  // the resident 256-thread blocks per SM of the feature kernel the call runs (the
+  // occupancy query). 0 blocks (the default): not known, no wave fit.
+  int sm_count = 132;
+  int feat_blocks_per_sm = 0;
 };
 
 // Pure: which path, index width and work split a call would use. No allocation,

@@ -79,6 +79,14 @@ struct SoftmaxProblem {
   // OpenMP's team size; default: one). Only the split depends on it: the
   // reduction order, and so every result, is the same for any value.
   int cpu_threads = 1;
+  // The CPU's level-2 cache per core in bytes (the API layer fills it from sysfs,
+  // sysconf as the fallback; 0: unknown). Where it is at least 1 MiB the spatial
+  // tiles are sized to stay in it between a kernel's two passes (the rules measured
+  // on the benchmark host); below that, and when unknown, they are whole rows of
+  // the slab streamed twice and the long forward takes spatial_stream (session 25,
+  // measured on a machine with 512 KiB). The reduction order, and so every result,
+  // is the same either way.
+  int64_t cpu_l2_bytes = 0;
 };
 
 // Pure: the [outer, D, inner] decomposition of `sizes` around `dim` (wrapped like
@@ -94,14 +102,16 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 //    exactly when inner == 1 (size-1 trailing dims fold into inner == 1); the
 //    forward with inner > 1 takes "<op>.fwd.cpu.spatial_stream.i64" instead of
 //    spatial when D > 512 and D * 128 * (accumulation + element size) > 1 MiB
-//    (float32: D > 1024; 16-bit: D > 1365; float64: D > 512).
+//    (float32: D > 1024; 16-bit: D > 1365; float64: D > 512) on a CPU whose L2
+//    (p.cpu_l2_bytes) is under 1 MiB or unknown.
 //  - index_bits: 64 (CPU code indexes in 64 bits throughout).
 //  - chunk: lastdim forward: elements of a row per online-max block (the block is
 //    reduced twice, the second time from L1); lastdim backward: 0 (a row is one
 //    item); spatial forward: columns per work item (a [D, chunk] tile of the
 //    input is kept near L2 between its passes), at most inner; spatial backward
 //    and spatial_stream: columns per work item, whole rows of the [D, inner]
-//    slab where they fit (at most 4096) and enough items for p.cpu_threads.
+//    slab where they fit (at most 4096) and enough items for p.cpu_threads; with
+//    an L2 of >= 1 MiB the backward takes rows of 1 KiB (D <= 512) or 1024 columns.
 Plan plan_softmax(const SoftmaxProblem& p);
 
 }  // namespace segred

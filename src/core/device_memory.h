@@ -12,4 +12,6 @@ void cuda_copy(void* dst, const void* src, size_t bytes);
 // Free memory of a CUDA device in bytes (cudaMemGetInfo), for callers that state a
 // memory need and skip when it is not met (`segred check --large`); 0 without CUDA.
 int64_t cuda_free_bytes(int device);
+// Multiprocessors of a CUDA device (cached per device; DeviceError when the query fails).
+int cuda_sm_count(int device);
 }

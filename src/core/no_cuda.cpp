@@ -14,5 +14,6 @@ void cuda_copy(void*, const void*, size_t) {
   throw ValueError("device: this segred build has no CUDA backend (configure with SEGRED_ENABLE_CUDA=ON)");
 }
 int64_t cuda_free_bytes(int) { return 0; }
+int cuda_sm_count(int) { return 0; }
 }  // namespace detail
 }  // namespace segred

@@ -160,20 +160,57 @@ inline bool fused_fixup_rule(int64_t segs, int64_t workers, int esize) {
 // data) when the launch still has >= kFeatMinThreads threads, else 64 at that bound,
 // else 32. kFeatMinThreads = 2^17: 8 row loads of 16 bytes in flight per lane make 16
 // MB, ~4x the H200's bandwidth x latency, and half its resident threads (132 x 2048).
-// Narrow rows keep 32 (they are latency-bound with few threads already: 2d_x16_f4
-// runs 545 blocks); sum/mean backward (no records) keeps 32.
+// Narrow rows kept 32 until session 26 (below); sum/mean backward (no records) keeps
+// 32 (session 26's sweep: 32 the fastest or within 1% on every such row).
 // Worked example: [2^20, 128] with 64 k segments of 16 (2d_64kx16_f128): D = 65,538 +
 // 2^20 = 1,114,114; fp32 (G 32 x V 4 x 4 B = 512 B) and bf16 (G 16 x V 8 x 2 B = 256 B)
 // both take 128 items: 8705 workers, 278,560 / 139,280 threads.
 // H200, session 13 (bench/NOTES.md, the benchmark's FEAT table, plan / 32-item time):
 // f128 forwards fp32 0.90-0.96, bf16 0.82-0.86; max backwards 0.77-0.98; 2d_x16_f64
 // fp32 forward 0.87-0.88, its max backward 1.03 (the one row slower).
+//
+// Session 26: narrow rows (a row load of < 256 bytes) with records take kFeatNarrowItems
+// while the launch keeps >= kFeatNarrowMinThreads threads. H200 sweep of the items
+// (bench/results/h200-session26/, cuda_bench --items-sweep, min of 3 alternated rounds,
+// B / 32-item time) over the 15 narrow-row forwards and max backwards (2d_x16_f4 /
+// f16 / f64, fp32 and bf16): 88 items geomean 0.869, worst 1.004 (48: 0.929 / 1.071;
+// 64: 0.921 / 1.047; 96: 0.890 / 1.038; 128: 0.956 / 1.165). A narrow tile of 32 items
+// carries records of 2 x inner floats per ~30 rows of inner x es bytes, as many bytes
+// as the data at 2d_x16_f4, and the fix-up a lane group per tile. The sweep's fewest
+// threads at 88 items, 2d_x16_f16 bf16 (2 lanes of 8: 25k threads, 99 blocks), still
+// gained (forward 0.96-0.99, max backward 0.88), hence the bound of 2^14 threads.
 constexpr int64_t kFeatMinThreads = int64_t(1) << 17;
+constexpr int64_t kFeatNarrowItems = 88;
+constexpr int64_t kFeatNarrowMinThreads = int64_t(1) << 14;
 inline int64_t feat_items_rule(int64_t D, int64_t slabs, int G, int V, int esize, bool records) {
-  if (!records || int64_t(G) * V * esize < 256) return kFeatItems;
+  if (!records) return kFeatItems;
+  if (int64_t(G) * V * esize < 256)
+    return ceil_div(D, kFeatNarrowItems) * slabs * G >= kFeatNarrowMinThreads ? kFeatNarrowItems : kFeatItems;
   for (const int64_t items : {int64_t(4) * kFeatItems, int64_t(2) * kFeatItems})
     if (ceil_div(D, items) * slabs * G >= kFeatMinThreads) return items;
   return kFeatItems;
+}
+
+// Session 26: the wave fit. Every feature worker runs the whole kernel (no grid-stride
+// loop), so a grid of k whole waves plus a few blocks runs a (k+1)-th wave of those
+// blocks alone, a whole worker's time. Where the grid exceeds k >= 1 waves (wave =
+// sm_count x resident blocks per SM of the kernel) by at most 1/kWaveTailDiv of a wave,
+// the items grow until k waves hold it. H200 (same sweep): 2d_64kx16_f128 bf16 max
+// backward, 64 registers, 4 blocks of 256 per SM = 528 per wave; 128 items give 545
+// blocks (1.03 waves), 160 or 192 items 436 / 363 blocks: 0.80x the time; 64 items
+// (1089 blocks, 2.06 waves) 0.98x. (136 items measured 0.70x there, but 136 = 8 x 17
+// puts every tile edge on a segment edge of that case's uniform 16-row segments: no
+// segment crosses a tile, which a real length distribution does not give; the
+// exponential-length rows show no such dip.) This rule gives 132 items there.
+constexpr int64_t kWaveTailDiv = 8;
+inline int64_t feat_wave_items(int64_t items, int64_t D, int64_t slabs, int G, int block, int64_t wave_blocks) {
+  if (wave_blocks <= 0 || items <= 0 || block <= 0) return items;
+  const int64_t per_worker = slabs * G;  // threads of one worker
+  const int64_t blocks = ceil_div(ceil_div(D, items) * per_worker, block);
+  const int64_t k = blocks / wave_blocks, tail = blocks - k * wave_blocks;
+  if (k < 1 || tail == 0 || tail * kWaveTailDiv > wave_blocks) return items;
+  const int64_t workers = k * wave_blocks * block / per_worker;  // the most workers k waves hold
+  return workers >= 1 ? std::max(items, ceil_div(D, workers)) : items;
 }
 
 // Session 17: how flat_reduce reads a full tile that holds no segment end
@@ -243,6 +280,9 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     const bool records = p.direction == Direction::Fwd || p.reduce == Reduce::Max || p.reduce == Reduce::Min;
     const int force = segment_test_caps().feat_items.load();
     g.items = force > 0 ? force : feat_items_rule(D, g.slabs, G, g.vec, esize, records);
+    if (force <= 0 && records)
+      g.items = feat_wave_items(g.items, D, g.slabs, G, kBlock,
+                                int64_t(std::max(p.sm_count, 0)) * std::max(p.feat_blocks_per_sm, 0));
     g.workers = ceil_div(D, g.items);
     threads = g.workers * g.slabs * G;
   }

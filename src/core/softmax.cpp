@@ -72,6 +72,24 @@ constexpr int64_t kShortFwdRows = 16;
 // changes a result.
 constexpr int64_t kWholeRowMaxCols = 4096;
 constexpr int64_t kWholeRowItemsPerThread = 4;
+// Session 26: which of the two tile families a machine gets. The H200 host's 2
+// pinned cores (Intel Xeon, 2 MiB of L2 per core), A/B of session 25's binary
+// against d700c8f's (bench/results/h200-session26/cpu-ab-softmax.md, 3 alternated
+// rounds): the whole-row backward 1.28-1.40x slower on [64, 256, 56, 56] (float32
+// 66% -> 46% of memcpy), 1.18x on [8, 4, 2^22], 1.13x on [8192, 8192]; spatial_stream
+// 1.32x slower on [8192, 8192] (40% -> 33%); no row faster beyond the noise. There a
+// tile of 1 KiB rows (or 1024 columns) stays in L2 between the two passes, and the
+// forward's 4 MiB tile of exps (below) in its L2 and L3. On the development machine
+// (512 KiB of L2) the same tiles spill and the whole rows won (0.54-0.97x). So the
+// tiles of sessions 5-10 where L2 >= kLargeL2Bytes, whole rows and spatial_stream below
+// it and where the size is unknown (they assume no cache between the passes).
+constexpr int64_t kLargeL2Bytes = int64_t(1) << 20;
+// Large-L2 tiles (sessions 5-10, the benchmark host): the backward with D > 512 takes
+// 1024 columns; the forward past the L2 rule a tile of exps near kLongTileBytes, whole
+// cache lines, 256 to 1024 columns.
+constexpr int64_t kWideCols = 1024;
+constexpr int64_t kLongTileBytes = int64_t(4) << 20;
+constexpr int64_t kL3TileMinCols = 256;
 
 int64_t whole_row_cols(const SoftmaxProblem& p, int64_t es) {
   if (p.inner <= 0 || p.outer <= 0 || p.dim_size <= 0) return std::max<int64_t>(0, p.inner);  // no item runs
@@ -117,7 +135,12 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 }
 
 // CPU plan. One path per (op, direction, inner == 1 or not; the forward's
-// spatial_stream past the L2 rule), 64-bit indices.
+// spatial_stream past the L2 rule where L2 is small or unknown), 64-bit indices.
+// The worked examples below are for a small or unknown L2 (cpu_l2_bytes < 1 MiB);
+// with >= 1 MiB (the benchmark host): [32, 1000, 4096] backward W = 1024, [8192, 8192]
+// over dim 0 spatial (not streamed) with W = 4 MiB / (4 B x 8192) -> 128 -> at least
+// 256 forward and 1024 backward, [64, 256, 56, 56] backward rows of 1 KiB like the
+// forward's.
 // Worked example, softmax forward float32 over dim 1 of [32, 1000, 4096]:
 // inner = 4096 > 1: spatial; D = 1000 > 512, and 1000 * 128 * (4 + 4) B <= 1 MiB:
 // W = 128, 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile
@@ -153,7 +176,8 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   const int64_t acc = p.dtype == DType::Float64 ? 8 : 4;  // the forward's exps: accumulation type
   // The forward's [D, 128] tiles of x and of the exps fit in half of L2 up to this D.
   const int64_t l2_rows = kL2TileBytes / (kTileCols * (acc + es));
-  const bool streamed = !last && fwd && p.dim_size > kLongDim && p.dim_size > l2_rows;
+  const bool large_l2 = p.cpu_l2_bytes >= kLargeL2Bytes;
+  const bool streamed = !last && fwd && !large_l2 && p.dim_size > kLongDim && p.dim_size > l2_rows;
   if (p.log) {
     if (fwd) plan.path = last ? "log_softmax.fwd.cpu.lastdim.i64"
                          : streamed ? "log_softmax.fwd.cpu.spatial_stream.i64" : "log_softmax.fwd.cpu.spatial.i64";
@@ -164,14 +188,20 @@ Plan plan_softmax(const SoftmaxProblem& p) {
     else plan.path = last ? "softmax.bwd.cpu.lastdim.i64" : "softmax.bwd.cpu.spatial.i64";
   }
   plan.index_bits = 64;
+  const int64_t row_cols = std::max(kTileCols, kRowBytes / es);  // rows of 1 KiB
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
+  } else if (large_l2 && !fwd) {
+    plan.chunk = std::min(p.dim_size > kLongDim ? kWideCols : row_cols, p.inner);
   } else if (!fwd || streamed) {
     plan.chunk = whole_row_cols(p, es);
   } else {
-    const int64_t w = p.dim_size > kLongDim ? kTileCols  // D <= l2_rows here
+    const int64_t w = p.dim_size > kLongDim
+                          ? (p.dim_size <= l2_rows ? kTileCols  // else large_l2: the long tile of exps
+                                                   : std::clamp<int64_t>(kLongTileBytes / acc / p.dim_size / 16 * 16,
+                                                                         kL3TileMinCols, kWideCols))
                       : p.dim_size < kShortFwdRows ? kTileCols
-                                                   : std::max(kTileCols, kRowBytes / es);
+                                                   : row_cols;
     plan.chunk = std::min(w, p.inner);
   }
   return plan;
@@ -205,6 +235,7 @@ void forward_out(bool log, const TensorView& x, int64_t dim, const TensorView& o
   check_input(op, "x", x);
   SoftmaxProblem p = make_softmax_problem(x.sizes, dim, x.dtype, Direction::Fwd, log, backend_of(x));
   p.cpu_threads = cpu::softmax_threads();
+  p.cpu_l2_bytes = cpu::softmax_l2_bytes();
   check_like(op, "out", out, "x", x);
   SEGRED_CHECK(out.is_contiguous(), ValueError, op, ": out must be contiguous");
   SEGRED_CHECK(!overlaps(out, x), ValueError, op, ": out must not overlap x");
@@ -230,6 +261,7 @@ void backward_out(bool log, const TensorView& grad, const TensorView& output, in
   check_like(op, "grad", grad, "output", output);
   SoftmaxProblem p = make_softmax_problem(output.sizes, dim, output.dtype, Direction::Bwd, log, backend_of(output));
   p.cpu_threads = cpu::softmax_threads();
+  p.cpu_l2_bytes = cpu::softmax_l2_bytes();
   check_like(op, "grad_input", grad_input, "output", output);
   SEGRED_CHECK(grad_input.is_contiguous(), ValueError, op, ": grad_input must be contiguous");
   SEGRED_CHECK(!overlaps(grad_input, grad) && !overlaps(grad_input, output), ValueError, op,

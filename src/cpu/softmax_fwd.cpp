@@ -162,7 +162,37 @@ int64_t llc_share_per_cpu() {
   return (v > 0 ? int64_t(v) : int64_t(32) << 20) / cpus;  // unknown: assume 32 MiB
 }
 
+// cpu0's level-2 cache (the size of its instance: a core's, or a pair of SMT
+// threads'), sysconf's _SC_LEVEL2_CACHE_SIZE as the fallback; 0 when neither says.
+int64_t l2_of_cpu0() {
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    const std::string level = read_small_file(dir + "level");
+    const std::string type = read_small_file(dir + "type");
+    if (level.empty() || std::atoll(level.c_str()) != 2 || type.rfind("Instruction", 0) == 0) continue;
+    const int64_t sz = parse_cache_size(read_small_file(dir + "size"));
+    if (sz > 0) return sz;
+  }
+  long v = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  return v > 0 ? int64_t(v) : 0;
+}
+
 }  // namespace
+
+std::atomic<int64_t>& softmax_l2_override() {
+  static std::atomic<int64_t> v{-1};
+  return v;
+}
+
+int64_t softmax_l2_bytes() {
+  const int64_t o = softmax_l2_override().load(std::memory_order_relaxed);
+  if (o >= 0) return o;
+  static const int64_t l2 = l2_of_cpu0();
+  return l2;
+}
 
 bool softmax_stream_output(int64_t bytes_moved) {
   const int mode = softmax_stream_mode().load(std::memory_order_relaxed);

@@ -26,6 +26,11 @@ void softmax_bwd(const Plan& plan, const SoftmaxProblem& p, const TensorView& gr
 // The team size of the kernels' parallel regions (OpenMP's max threads, at
 // least 1): what the API layer puts in SoftmaxProblem::cpu_threads.
 int softmax_threads();
+// The level-2 cache of cpu0 in bytes (sysfs, else sysconf; 0 when unknown), or the
+// test override when it is >= 0 (default -1): what the API layer puts in
+// SoftmaxProblem::cpu_l2_bytes.
+int64_t softmax_l2_bytes();
+std::atomic<int64_t>& softmax_l2_override();
 
 // The builds of the kernels: the baseline ISA (x86-64: SSE2), AVX2 + FMA + F16C,
 // AVX-512 (F, BW, VL, DQ); the last two with GCC on x86-64 only.

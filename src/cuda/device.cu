@@ -2,6 +2,9 @@
 // owning Tensor and device queries. Kernels of the op families live beside it.
 #include <cuda_runtime.h>
 
+#include <mutex>
+#include <vector>
+
 #include "segred/error.h"
 #include "segred/version.h"
 #include "src/core/device_memory.h"
@@ -48,6 +51,20 @@ int64_t cuda_free_bytes(int device) {
   }
   cudaSetDevice(prev);
   return int64_t(free_b);
+}
+
+int cuda_sm_count(int device) {
+  static std::mutex mu;
+  static std::vector<int> cache;
+  std::lock_guard<std::mutex> lk(mu);
+  if (cache.size() <= size_t(device)) cache.resize(size_t(device) + 1, 0);
+  if (!cache[size_t(device)]) {
+    int n = 0;
+    const cudaError_t e = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    SEGRED_CHECK(e == cudaSuccess, DeviceError, "multiprocessor count of cuda:", device, ": ", cudaGetErrorString(e));
+    cache[size_t(device)] = n;
+  }
+  return cache[size_t(device)];
 }
 }  // namespace detail
 

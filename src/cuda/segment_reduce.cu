@@ -44,6 +44,7 @@
 
 #include <vector>
 
+#include "src/core/device_memory.h"
 #include "src/core/segment_geometry.h"
 #include "src/cuda/kernels.h"
 #include "src/cuda/merge_space.cuh"
@@ -610,6 +611,25 @@ void dispatch(DType dt, int bits, F&& f) {
   }
 }
 
+// The problem with the device facts of the wave fit (SegmentProblem::sm_count,
+// feat_blocks_per_sm; src/core/segment_geometry.h, feat_wave_items): only a feature
+// call with records has one, and its kernel is the instantiation the geometry without
+// the fit picks (the fit changes the items, not the kernel, except at an index width
+// edge, where the other width's occupancy then only steers the split).
+SegmentProblem with_wave(SegmentProblem p, bool aligned, int device) {
+  const bool records = p.direction == Direction::Fwd || p.reduce == Reduce::Max || p.reduce == Reduce::Min;
+  const detail::SegmentGeometry g = detail::segment_geometry(p, aligned);
+  if (g.flat || g.prod_bwd || !records) return p;
+  p.sm_count = detail::cuda_sm_count(device);
+  dispatch(p.dtype, g.index_bits, [&](auto t, auto i) {
+    using T = decltype(t);
+    using Idx = decltype(i);
+    p.feat_blocks_per_sm = p.direction == Direction::Fwd ? feat_fwd_blocks_per_sm<T, Idx>(p.reduce, g.vec > 1)
+                                                         : feat_bwd_blocks_per_sm<T, Idx>(g.vec > 1);
+  });
+  return p;
+}
+
 // The launch context every call shares.
 LaunchCtx ctx_of(const detail::SegmentLayout& lay, const detail::SegmentGeometry& geo, Direction dir, cudaStream_t s) {
   LaunchCtx c;
@@ -656,7 +676,7 @@ void segment_reduce_fwd(const Plan&, const detail::SegmentLayout& lay0, const Se
   if (out.numel() == 0) return;
   Scratch scratch(s);
   const void* x = contiguous(op, "data", data, scratch, s);
-  const SegmentProblem p = problem_of(lay, data, reduce, Direction::Fwd);
+  const SegmentProblem p = with_wave(problem_of(lay, data, reduce, Direction::Fwd), aligned16(x), data.device.index);
   FwdArgs a;
   a.c = ctx_of(lay, detail::segment_geometry(p, aligned16(x)), Direction::Fwd, s);
   a.x = x;
@@ -682,8 +702,8 @@ void segment_reduce_bwd(const Plan&, const detail::SegmentLayout& lay0, const Se
   const void* x = need_x ? contiguous(op, "data", data, scratch, s) : nullptr;
   const void* y = need_y ? contiguous(op, "output", output, scratch, s) : nullptr;
   const void* g = contiguous(op, "grad", grad, scratch, s);
-  const SegmentProblem p = problem_of(lay, data, reduce, Direction::Bwd);
   const bool al = aligned16(grad_input.data) && (!x || aligned16(x));
+  const SegmentProblem p = with_wave(problem_of(lay, data, reduce, Direction::Bwd), al, data.device.index);
   BwdArgs a;
   a.c = ctx_of(lay, detail::segment_geometry(p, al), Direction::Bwd, s);
   a.g = g;
@@ -735,7 +755,7 @@ MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, R
   const cudaStream_t s = static_cast<cudaStream_t>(current_stream());
   detail::SegmentLayout lay = detail::resolve_layout(op, data, seg);
   if (!seg.unsafe) validate_on_host(op, lay, seg, s);
-  const SegmentProblem p = problem_of(lay, data, reduce, dir);
+  const SegmentProblem p = with_wave(problem_of(lay, data, reduce, dir), aligned16(data.data), data.device.index);
   LaunchCtx c = ctx_of(lay, detail::segment_geometry(p, aligned16(data.data)), dir, s);
   MergeSpaceProbe r;
   r.index_bits = c.geo.index_bits;
@@ -744,6 +764,8 @@ MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, R
   r.workers = c.geo.workers;
   r.items = c.geo.items;
   r.tiles = !c.geo.prod_bwd;
+  r.sm_count = p.sm_count;
+  r.feat_blocks_per_sm = p.feat_blocks_per_sm;
   Scratch scratch(s);
   auto go = [&](auto tag) {
     using Idx = decltype(tag);

@@ -90,6 +90,12 @@ struct BwdArgs {
 
 template <class T, class Idx> void run_fwd(const FwdArgs& a);  // T: host storage type
 template <class T, class Idx> void run_bwd(const BwdArgs& a);
+// Resident blocks of detail::kBlock threads per SM of the feature kernel a call with
+// records runs (feat_reduce of the forward's reduce; feat_maxmin_bwd), `vec`: the vector
+// instantiation. SegmentProblem::feat_blocks_per_sm, the wave fit's input (session 26,
+// src/core/segment_geometry.h). 0 when the query fails. Instantiated with run_fwd / run_bwd.
+template <class T, class Idx> int feat_fwd_blocks_per_sm(Reduce reduce, bool vec);
+template <class T, class Idx> int feat_bwd_blocks_per_sm(bool vec);
 
 namespace impl {
 
@@ -124,6 +130,30 @@ int64_t coop_capacity(Kernel kernel, int block, const char* name) {
   std::lock_guard<std::mutex> lk(mu);
   cache[key] = cap;
   return cap;
+}
+
+// Resident blocks per SM of `kernel` at `block` threads, no dynamic shared memory
+// (the occupancy query, cached per kernel and device); 0 when the query fails.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int block) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const auto key = std::make_pair(reinterpret_cast<const void*>(kernel), dev);
+  std::lock_guard<std::mutex> lk(mu);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, block, 0) != cudaSuccess) {
+    cudaGetLastError();
+    n = 0;
+  }
+  cache[key] = n;
+  return n;
 }
 
 // Cooperative launch of a grid-stride kernel with `want` blocks (clamped to
@@ -430,6 +460,33 @@ void run_bwd(const BwdArgs& a) {
     return;
   }
   impl::elementwise_pass<BwdFn<D, Idx>, Idx>(fn, static_cast<const D*>(a.x), static_cast<D*>(a.gi), c);
+}
+
+template <class T, class Idx>
+int feat_fwd_blocks_per_sm(Reduce reduce, bool vec) {
+  using D = typename Dev<T>::type;
+  constexpr int VEC = int(16 / sizeof(D));  // reduce_pass's choice of instantiation
+  auto of = [&](auto op) {
+    using Fn = FwdFn<D, decltype(op), Idx>;
+    return vec ? impl::resident_blocks(feat_reduce<Fn, Idx, VEC>, detail::kBlock)
+               : impl::resident_blocks(feat_reduce<Fn, Idx, 1>, detail::kBlock);
+  };
+  switch (reduce) {
+    case Reduce::Sum:
+    case Reduce::Mean: return of(ops::SumTag{});
+    case Reduce::Prod: return of(ops::ProdTag{});
+    case Reduce::Max: return of(ops::MaxTag{});
+    case Reduce::Min: return of(ops::MinTag{});
+  }
+  return 0;
+}
+
+template <class T, class Idx>
+int feat_bwd_blocks_per_sm(bool vec) {
+  using D = typename Dev<T>::type;
+  constexpr int VEC = int(16 / sizeof(D));  // maxmin_bwd_pass's choice of instantiation
+  return vec ? impl::resident_blocks(feat_maxmin_bwd<D, Idx, VEC>, detail::kBlock)
+             : impl::resident_blocks(feat_maxmin_bwd<D, Idx, 1>, detail::kBlock);
 }
 
 }  // namespace segred::cuda

@@ -15,6 +15,7 @@
 
 #include "segred/error.h"
 #include "segred/trace.h"
+#include "src/core/device_memory.h"
 #include "src/core/softmax_geometry.h"
 #include "src/cuda/softmax_impl.cuh"
 #include "src/cuda/softmax_kernels.h"
@@ -57,19 +58,6 @@ struct DeviceGuard {
     if (moved) cudaSetDevice(prev);
   }
 };
-
-int sm_count(int dev) {
-  static std::mutex mu;
-  static std::vector<int> cache;
-  std::lock_guard<std::mutex> lk(mu);
-  if (cache.size() <= size_t(dev)) cache.resize(size_t(dev) + 1, 0);
-  if (!cache[size_t(dev)]) {
-    int n = 0;
-    SEGRED_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "softmax: device query");
-    cache[size_t(dev)] = n;
-  }
-  return cache[size_t(dev)];
-}
 
 // Contiguous device copy of a strided view, in `keep` (freed after the stream's work).
 const void* contiguous(const char* op, const char* name, const TensorView& t, std::vector<void*>& keep,
@@ -220,7 +208,7 @@ bool viable(int dev, sm::KernelFn fn, const detail::SoftmaxGeometry& g, int as) 
 void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void* out, int device, void* stream) {
   DeviceGuard guard(device);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  p.sm_count = sm_count(device);
+  p.sm_count = detail::cuda_sm_count(device);
   const bool aligned = aligned16(a) && aligned16(b) && aligned16(out);
   const int as = p.dtype == DType::Float64 ? 8 : 4;
   // Candidates, largest first: the plan's caps, then a non-portable cluster

@@ -290,7 +290,8 @@ TEST_P(CudaSegmentReduce, LongSegmentsChunkedFixup) {
 }
 
 // Session 13: the feature paths at every merge-item count per worker the plan can
-// take (detail::feat_items_rule: 128 and 64 on wide rows, 32), plus 7 and 1 (tiles
+// take (detail::feat_items_rule: 128 and 64 on wide rows, 88 on narrow ones, 32; the
+// wave fit's counts just above them, e.g. 132), plus 7 and 1 (tiles
 // shorter than most segments: nearly every segment crosses), forced through
 // SegmentTestCaps::feat_items: wide rows with vector loads (inner 128, 64), a scalar
 // row (inner 3), a long segment spanning > 32 tiles at every count (fixup_tree's
@@ -308,7 +309,7 @@ TEST_P(CudaSegmentReduce, FeatureTilesOfEveryItemCount) {
   int64_t R = 0;
   for (auto v : lens) R += v;
   auto& caps = detail::segment_test_caps();
-  for (const int items : {128, 64, 7, 1}) {
+  for (const int items : {128, 64, 88, 132, 7, 1}) {  // 88, 132: session 26's narrow rows, wave fit
     SCOPED_TRACE(::testing::Message() << "feat_items=" << items);
     caps.feat_items = items;
     SegmentProblem prob;

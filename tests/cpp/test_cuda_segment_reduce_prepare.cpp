@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <random>
 
@@ -442,6 +443,42 @@ TEST(CudaSegmentReducePrepare, UnsafeCallIsGraphCapturable) {
     cudaGraphDestroy(g);
     cudaStreamDestroy(s);
   }
+}
+
+// Session 26: the wave fit reaches the call (src/core/segment_geometry.h, feat_wave_items).
+// 2d_64kx16_f128 in bf16, max backward: the call plans with the device's SMs and the
+// resident blocks of its feature kernel (the occupancy query), and its merge items are
+// the pure plan's for those facts. On the H200 (132 SMs; feat_maxmin_bwd bf16 at 64
+// registers: 4 blocks of 256 per SM) that is 132 items, where the plan without the facts
+// says 128. The sum backward keeps no records and plans without them (32 items).
+TEST(CudaSegmentReducePrepare, WaveFitReachesTheCall) {
+  SEGRED_NEED_GPU();
+  const int64_t R = int64_t(1) << 20, S = 65536;
+  const Tensor data = Tensor::empty({R, 128}, DType::BFloat16, kGpu);  // prepare reads no data
+  const Tensor md = dev(make_index(std::vector<int64_t>(size_t(S), 16), {S}, DType::Int64));
+  Segments sd;
+  sd.lengths = md.view();
+  sd.unsafe = true;
+  const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd, Reduce::Max, Direction::Bwd);
+  EXPECT_GT(p.sm_count, 0);
+  EXPECT_GE(p.feat_blocks_per_sm, 1);
+  SegmentProblem prob;
+  prob.backend = Backend::CUDA;
+  prob.direction = Direction::Bwd;
+  prob.reduce = Reduce::Max;
+  prob.dtype = DType::BFloat16;
+  prob.axis_len = R;
+  prob.inner = 128;
+  prob.num_segments = S;
+  prob.sm_count = p.sm_count;
+  prob.feat_blocks_per_sm = p.feat_blocks_per_sm;
+  EXPECT_EQ(p.items, plan_segment_reduce(prob).chunk);
+  if (p.sm_count == 132 && p.feat_blocks_per_sm == 4) EXPECT_EQ(p.items, 132);
+  std::printf("wave fit: %d SMs, %d blocks per SM, %lld items\n", p.sm_count, p.feat_blocks_per_sm,
+              static_cast<long long>(p.items));
+  const cuda::MergeSpaceProbe ps = cuda::probe_merge_space(data.view(), sd, Reduce::Sum, Direction::Bwd);
+  EXPECT_EQ(ps.feat_blocks_per_sm, 0);
+  EXPECT_EQ(ps.items, 32);
 }
 
 }  // namespace

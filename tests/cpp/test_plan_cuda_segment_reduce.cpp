@@ -176,12 +176,21 @@ TEST(PlanCudaSegmentReduce, FeatureItemsPerWorker) {
     EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Min), 128);
     EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Sum), 32);   // no records
     EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Mean), 32);
-    EXPECT_EQ(chunk(4 * M, 4, 4 * M / 16, t), 32);                         // 2d_x16_f4: narrow rows
-    EXPECT_EQ(chunk(M, 16, M / 16, t), 32);                                // 2d_x16_f16
+    // Narrow rows (session 26): 88 items in the calls with records, 32 without.
+    EXPECT_EQ(chunk(4 * M, 4, 4 * M / 16, t), 88);                         // 2d_x16_f4
+    EXPECT_EQ(chunk(4 * M, 4, 4 * M / 16, t, Direction::Bwd, Reduce::Max), 88);
+    EXPECT_EQ(chunk(4 * M, 4, 4 * M / 16, t, Direction::Bwd, Reduce::Sum), 32);
+    EXPECT_EQ(chunk(M, 16, M / 16, t), 88);                                // 2d_x16_f16
+    EXPECT_EQ(chunk(M, 16, M / 16, t, Direction::Bwd, Reduce::Min), 88);
   }
   // 2d_x16_f64: fp32 rows of 64 are 16 lanes x 4 x 4 B = 256 B (wide), bf16 8 x 8 x 2 B (narrow).
   EXPECT_EQ(chunk(M, 64, M / 16, DType::Float32), 128);
-  EXPECT_EQ(chunk(M, 64, M / 16, DType::BFloat16), 32);
+  EXPECT_EQ(chunk(M, 64, M / 16, DType::BFloat16), 88);
+  // The narrow bound: fp32 inner 4 is one lane of 4 (a worker is one thread), S = 1:
+  // 88 items while ceil(D / 88) >= 2^14, else 32.
+  const int64_t N = int64_t(1) << 14;
+  EXPECT_EQ(chunk(88 * (N - 1) + 1 - 3, 4, 1, DType::Float32), 88);
+  EXPECT_EQ(chunk(88 * (N - 1) - 3, 4, 1, DType::Float32), 32);
   EXPECT_EQ(chunk(M, 128, 65536, DType::Float64), 128);  // 32 lanes x 2 x 8 B
   EXPECT_EQ(chunk(M, 128, 65536, DType::Float32, Direction::Bwd, Reduce::Prod), 0);  // its own kernel
   // Edges, fp32 inner 128 (32 lanes, one slab; S = 1: D = 3 + L): 128 items while
@@ -201,6 +210,56 @@ TEST(PlanCudaSegmentReduce, FeatureItemsPerWorker) {
   caps.feat_items = 0;
   // Index width counts the longer tiles (tiles_round * items): unchanged at these sizes.
   expect_path(cuda_problem(Direction::Fwd, 1, M, 128, 65536), "segment_reduce.fwd.cuda.features.i32", 32);
+}
+
+// Session 26: the wave fit (detail::feat_wave_items). A grid over k >= 1 whole waves by
+// at most 1/8 of a wave takes the items that k waves hold; the launcher gives the
+// kernel's resident blocks per SM (SegmentProblem::feat_blocks_per_sm; 0: no fit).
+TEST(PlanCudaSegmentReduce, FeatureWaveFit) {
+  const int64_t M = int64_t(1) << 20;
+  auto plan = [&](DType t, Direction d, Reduce r, int blocks_per_sm) {  // 2d_64kx16_f128
+    SegmentProblem p = cuda_problem(d, 1, M, 128, 65536, t, r);
+    p.feat_blocks_per_sm = blocks_per_sm;
+    return plan_segment_reduce(p);
+  };
+  // 2d_64kx16_f128 bf16 max backward: 16 threads per worker, 128 items -> 8705 workers,
+  // 545 blocks; at 4 blocks per SM a wave is 528: 17 over, <= 528 / 8, so the items
+  // of 528 x 256 / 16 = 8448 workers: ceil(1,114,114 / 8448) = 132, grid 528.
+  const Plan fit = plan(DType::BFloat16, Direction::Bwd, Reduce::Max, 4);
+  EXPECT_EQ(fit.chunk, 132);
+  EXPECT_EQ(fit.grid[0], 528);
+  EXPECT_EQ(plan(DType::BFloat16, Direction::Bwd, Reduce::Max, 0).chunk, 128);  // not known: no fit
+  EXPECT_EQ(plan(DType::BFloat16, Direction::Bwd, Reduce::Max, 5).chunk, 128);  // 545 < 660: one wave
+  EXPECT_EQ(plan(DType::BFloat16, Direction::Bwd, Reduce::Sum, 4).chunk, 32);   // no records: no fit
+  // fp32 forward at 5 per SM: 1089 blocks = 660 + 429, a tail too large to fold in.
+  EXPECT_EQ(plan(DType::Float32, Direction::Fwd, Reduce::Sum, 5).chunk, 128);
+  // Fewer SMs, same rule: 66 SMs x 4 = 264 per wave; 545 = 2 x 264 + 17: two waves.
+  {
+    SegmentProblem p = cuda_problem(Direction::Bwd, 1, M, 128, 65536, DType::BFloat16, Reduce::Max);
+    p.feat_blocks_per_sm = 4;
+    p.sm_count = 66;
+    EXPECT_EQ(plan_segment_reduce(p).chunk, 132);
+    EXPECT_EQ(plan_segment_reduce(p).grid[0], 528);
+  }
+  // The forced items of the tests are not fitted.
+  auto& caps = detail::segment_test_caps();
+  caps.feat_items = 128;
+  EXPECT_EQ(plan(DType::BFloat16, Direction::Bwd, Reduce::Max, 4).chunk, 128);
+  caps.feat_items = 0;
+  // The rule itself: the tail bound's edge, exact waves, no whole wave.
+  using detail::feat_wave_items;
+  // 1 thread per worker, block 256, wave 100 blocks: D = 256 x 100 x 32 items fills one
+  // wave exactly at 32 items; 12 more blocks (12 x 8 <= 100) fold in, 13 do not.
+  const int64_t one = 256 * 100 * 32;
+  EXPECT_EQ(feat_wave_items(32, one, 1, 1, 256, 100), 32);                       // exact
+  EXPECT_EQ(feat_wave_items(32, one + 256 * 12 * 32, 1, 1, 256, 100), 36);      // 112 blocks -> 100
+  EXPECT_EQ(feat_wave_items(32, one + 256 * 13 * 32, 1, 1, 256, 100), 32);      // 113: left as is
+  EXPECT_EQ(feat_wave_items(32, one / 2, 1, 1, 256, 100), 32);                  // half a wave
+  EXPECT_EQ(feat_wave_items(32, one, 1, 1, 256, 0), 32);                        // no wave known
+  for (int64_t extra : {int64_t(1), int64_t(255), int64_t(256 * 12 * 32)}) {    // the fitted grid is <= one wave
+    const int64_t D = one + extra, items = feat_wave_items(32, D, 1, 1, 256, 100);
+    EXPECT_LE(detail::ceil_div(detail::ceil_div(D, items), 256), 100) << extra;
+  }
 }
 
 TEST(PlanCudaSegmentReduce, FlatThresholdExact) {

@@ -135,8 +135,9 @@ TEST(SoftmaxPlan, SpatialBackwardTilesAreWholeRowsForEveryThread) {
 }
 
 // The forward past spatial's L2 rule (D > 512 and D * 128 * (accumulation +
-// element size) > 1 MiB) streams: spatial_stream, for both ops, every dtype at
-// its boundary; the backward never does.
+// element size) > 1 MiB) streams where the L2 is small or unknown (the default
+// problem's cpu_l2_bytes = 0): spatial_stream, for both ops, every dtype at its
+// boundary; the backward never does.
 TEST(SoftmaxPlan, SpatialStreamPastTheL2Rule) {
   struct B { DType dt; int64_t last_spatial; };
   for (const B& b : {B{DType::Float32, 1024}, B{DType::Float16, 1365}, B{DType::BFloat16, 1365},
@@ -206,6 +207,56 @@ TEST(SoftmaxPlan, ChunkRules) {
   // Plans are values: equal for equal problems, printable.
   EXPECT_EQ(plan_for({8, 4, int64_t(1) << 24}, 1), plan_for({8, 4, int64_t(1) << 24}, 1));
   EXPECT_NE(plan_for({8, 4, 16}, 1).to_string().find("softmax.fwd.cpu.spatial.i64"), std::string::npos);
+}
+
+// Session 26: with an L2 of >= 1 MiB per core (SoftmaxProblem::cpu_l2_bytes; the
+// benchmark host has 2 MiB) the tiles of sessions 5-10: the backward rows of 1 KiB
+// (D <= 512) or 1024 columns, the forward past the L2 rule a tile of exps near 4 MiB
+// of 256 to 1024 columns, no spatial_stream. The worked examples, then the boundary.
+TEST(SoftmaxPlan, LargeL2Tiles) {
+  auto plan = [](const Shape& s, int64_t dim, Direction dir = Direction::Fwd, bool log = false,
+                 DType dt = DType::Float32, int64_t l2 = int64_t(2) << 20, int threads = 2) {
+    SoftmaxProblem p = make_softmax_problem(s, dim, dt, dir, log);
+    p.cpu_l2_bytes = l2;
+    p.cpu_threads = threads;
+    return plan_softmax(p);
+  };
+  const Direction B = Direction::Bwd;
+  EXPECT_EQ(plan({32, 1000, 4096}, 1).chunk, 128);
+  EXPECT_EQ(plan({32, 1000, 4096}, 1, B).chunk, 1024);
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1).chunk, 256);
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1, B).chunk, 256);                   // rows of 1 KiB, as the forward
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, true, DType::Float16).chunk, 512);
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::BFloat16).chunk, 512);
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::Float64).chunk, 128);
+  EXPECT_EQ(plan({8, 4, 4194304}, 1).chunk, 128);
+  EXPECT_EQ(plan({8, 4, 4194304}, 1, B).chunk, 256);
+  EXPECT_EQ(plan({64, 512, 300}, 1, B, false, DType::Float16).chunk, 300);  // never wider than inner
+  EXPECT_EQ(plan({4, 1024, 4096}, 1).chunk, 128);                        // 1 MiB: fits
+  EXPECT_EQ(plan({4, 1025, 4096}, 1).chunk, 1008);                       // 4 MiB / (4 B x 1025) = 1023 -> 1008
+  EXPECT_EQ(plan({4, 1366, 4096}, 1, Direction::Fwd, false, DType::BFloat16).chunk, 752);
+  EXPECT_EQ(plan({4, 1000, 4096}, 1, Direction::Fwd, false, DType::Float64).chunk, 512);  // 16 B per value
+  EXPECT_EQ(plan({8192, 8192}, 0).chunk, 256);
+  EXPECT_EQ(plan({8192, 8192}, 0, B).chunk, 1024);
+  EXPECT_EQ(plan({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 512);
+  EXPECT_EQ(plan({1, k2_32, 1000}, 1).chunk, 256);                       // huge D: at least 256 columns
+  for (bool log : {false, true}) {
+    const std::string op = log ? "log_softmax" : "softmax";
+    EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, log).path, op + ".fwd.cpu.spatial.i64");
+    EXPECT_EQ(plan({3, 1025, 40}, 1, Direction::Fwd, log).path, op + ".fwd.cpu.spatial.i64");
+    EXPECT_EQ(plan({3, 513, 40}, 1, Direction::Fwd, log, DType::Float64).path, op + ".fwd.cpu.spatial.i64");
+    EXPECT_EQ(plan({3, 1025, 1}, 1, Direction::Fwd, log).path, op + ".fwd.cpu.lastdim.i64");
+  }
+  // The boundary: 1 MiB is large; 1 MiB - 1 and unknown (0) are the small-L2 rules.
+  EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, false, DType::Float32, int64_t(1) << 20).path,
+            "softmax.fwd.cpu.spatial.i64");
+  EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, false, DType::Float32, (int64_t(1) << 20) - 1).path,
+            "softmax.fwd.cpu.spatial_stream.i64");
+  EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, false, DType::Float32, 0).path, "softmax.fwd.cpu.spatial_stream.i64");
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::Float32, (int64_t(1) << 20) - 1).chunk, 3136);
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::Float32, 0).chunk, 3136);
+  // The large-L2 tiles do not depend on the thread count.
+  for (int threads : {1, 3, 16}) EXPECT_EQ(plan({8192, 8192}, 0, B, false, DType::Float32, int64_t(2) << 20, threads).chunk, 1024);
 }
 
 TEST(SoftmaxPlan, EveryPlannedPathIsRegistered) {

@@ -100,12 +100,14 @@ Problem decompose(const Shape& shape, int64_t dim) {
 }
 
 // The path a call must reach: lastdim when inner == 1, else spatial, except the
-// forward over a D past spatial's L2 rule (plan_softmax): spatial_stream.
+// forward over a D past spatial's L2 rule (plan_softmax) on a CPU whose L2 is under
+// 1 MiB or unknown (the one the API layer reads, or the test override): spatial_stream.
 std::string path_of(bool log, Direction dir, const reference::SoftmaxShape& s, DType dt) {
   const int64_t l2_rows = dt == DType::Float64 ? 512 : dt == DType::Float32 ? 1024 : 1365;
+  const bool large_l2 = cpu::softmax_l2_bytes() >= (int64_t(1) << 20);
   const char* kind = s.inner == 1 ? "lastdim"
-                     : dir == Direction::Fwd && s.D > 512 && s.D > l2_rows ? "spatial_stream"
-                                                                           : "spatial";
+                     : dir == Direction::Fwd && !large_l2 && s.D > 512 && s.D > l2_rows ? "spatial_stream"
+                                                                                         : "spatial";
   return std::string(log ? "log_softmax." : "softmax.") + (dir == Direction::Fwd ? "fwd" : "bwd") + ".cpu." + kind +
          ".i64";
 }
@@ -252,6 +254,13 @@ TYPED_TEST(SoftmaxDtype, RandomShapesEveryDimAgainstReference) {
 // and every special-value row kind.
 // OpenMP's team size for a test's calls, the previous one back at scope exit
 // (or at restore()).
+// The L2 size the API layer plans with (cpu::softmax_l2_override), restored on exit.
+struct L2Scope {
+  const int64_t saved = cpu::softmax_l2_override().load();
+  explicit L2Scope(int64_t bytes) { cpu::softmax_l2_override() = bytes; }
+  ~L2Scope() { cpu::softmax_l2_override() = saved; }
+};
+
 struct OmpThreadsScope {
   int saved = omp_get_max_threads();
   OmpThreadsScope() = default;
@@ -735,6 +744,7 @@ TEST(SoftmaxTrace, LogSoftmaxBwdSpatial) { expect_single_launch({true, Direction
 // spatial_stream, one launch, values against the reference; the backward of the
 // same shape stays spatial.
 void expect_stream_launch(bool log) {
+  const L2Scope small_l2(512 << 10);  // spatial_stream is the small-L2 machines' path
   const int64_t D = 1030, I = 3;
   std::vector<float> x(size_t(D * I)), g(size_t(D * I));
   for (size_t i = 0; i < x.size(); ++i) {
@@ -853,6 +863,51 @@ TEST(SoftmaxCpu, SpatialBackwardBitwiseEqualForEveryThreadCount) {
       lgi.push_back(log_softmax_backward(gv, ly, dim));
       EXPECT_EQ(0, std::memcmp(gi.back().data(), gi.front().data(), size_t(n) * 4));
       EXPECT_EQ(0, std::memcmp(lgi.back().data(), lgi.front().data(), size_t(n) * 4));
+    }
+  }
+}
+
+// Session 26: the two tile families (plan_softmax, kLargeL2Bytes): each shape under an
+// L2 of 2 MiB (rows of 1 KiB or 1024 columns, the forward's long tile of exps, no
+// spatial_stream) and of 512 KiB (whole rows, spatial_stream), against the reference,
+// with the paths traced as planned; the backward's bits equal under both.
+TEST(SoftmaxCpu, LargeAndSmallL2TilesGiveTheSameBits) {
+  Rng rng;
+  SEED_TRACE(rng);
+  OmpThreadsScope restore;
+  omp_set_num_threads(2);
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
+           {{3, 70, 700}, 1}, {{2, 1100, 300}, 1}, {{1400, 257}, 0}, {{2, 4, 3000}, 1}, {{5, 600, 40}, 1}}) {
+    const Problem pr = decompose(shape, dim);
+    const size_t n = pr.ref.size();
+    std::vector<double> xd = rng.values(n), gd = rng.grads(n);
+    std::vector<float> x(xd.begin(), xd.end()), g(gd.begin(), gd.end());
+    xd.assign(x.begin(), x.end());
+    gd.assign(g.begin(), g.end());
+    const TensorView xv(x.data(), DType::Float32, shape), gv(g.data(), DType::Float32, shape);
+    for (bool log : {false, true}) {
+      std::vector<Tensor> ys, gis;
+      for (int64_t l2 : {int64_t(2) << 20, int64_t(512) << 10}) {
+        SCOPED_TRACE(::testing::Message() << (log ? "log_softmax " : "softmax ") << shape_string(shape) << " dim "
+                                          << dim << ", L2 " << l2);
+        const L2Scope scope(l2);
+        TraceSession trace;
+        ys.push_back(log ? log_softmax(xv, dim) : softmax(xv, dim));
+        gis.push_back(log ? log_softmax_backward(gv, ys.back(), dim) : softmax_backward(gv, ys.back(), dim));
+        const auto rec = trace.records();
+        ASSERT_EQ(rec.size(), 2u);
+        EXPECT_EQ(rec[0].path, path_of(log, Direction::Fwd, pr.ref, DType::Float32));
+        EXPECT_EQ(rec[1].path, path_of(log, Direction::Bwd, pr.ref, DType::Float32));
+        const auto yd = as_double(ys.back().ptr<const float>(), n);
+        EXPECT_TRUE(all_close<float>(yd, reference::softmax_forward(pr.ref, xd, log), log ? 8.0 : 1.0));
+        EXPECT_TRUE(all_close<float>(as_double(gis.back().ptr<const float>(), n),
+                                     reference::softmax_backward(pr.ref, gd, yd, log), 8.0));
+      }
+      // The backward's sums run over rows per column whatever the tile: the same bits
+      // (from the same y). The forwards are each checked against the reference above.
+      const L2Scope small_l2(512 << 10);
+      const Tensor gi_small = log ? log_softmax_backward(gv, ys[0], dim) : softmax_backward(gv, ys[0], dim);
+      EXPECT_EQ(0, std::memcmp(gis[0].data(), gi_small.data(), n * 4)) << shape_string(shape);
     }
   }
 }

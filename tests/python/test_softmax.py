@@ -1,6 +1,8 @@
 """softmax, log_softmax and their backward through the Python module, against a
 float64 NumPy reference written here (SEMANTICS.md, "softmax family"), on both CPU
 paths (lastdim: inner == 1; spatial: inner > 1), proven through the trace."""
+import os
+
 import numpy as np
 import pytest
 
@@ -49,17 +51,45 @@ def close(got, want, dtype):
     assert ok.all(), f"mismatch at {np.argwhere(~ok)[:5].tolist()}: got {got[~ok][:5]}, want {want[~ok][:5]}"
 
 
+def l2_bytes():
+    """cpu0's level-2 cache as the library reads it (src/cpu/softmax_fwd.cpp: sysfs,
+    then sysconf; 0 when unknown)."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for i in range(16):
+        try:
+            with open(f"{base}/index{i}/level") as f:
+                level = int(f.read().strip() or 0)
+            with open(f"{base}/index{i}/type") as f:
+                typ = f.read()
+            with open(f"{base}/index{i}/size") as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if level != 2 or typ.startswith("Instruction"):
+            continue
+        digits = "".join(c for c in size if c.isdigit())
+        unit = size[len(digits):len(digits) + 1]
+        if digits and unit in ("", "K", "M", "G"):
+            return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
+    try:
+        return max(0, os.sysconf("SC_LEVEL2_CACHE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def kind(shape, dim, dtype, fwd):
     """The path a shape/dim must take: lastdim when nothing follows dim (inner == 1),
     else spatial, except the forward over a D past spatial's L2 rule (float32 D >
-    1024, 16-bit D > 1365, float64 D > 512): spatial_stream."""
+    1024, 16-bit D > 1365, float64 D > 512) on a CPU whose L2 is under 1 MiB or
+    unknown: spatial_stream."""
     if len(shape) == 0:
         return "lastdim"
     d = dim % len(shape)
     if int(np.prod(shape[d + 1:], dtype=np.int64)) == 1:
         return "lastdim"
     l2_rows = {np.float64: 512, np.float32: 1024}.get(np.dtype(dtype).type, 1365)
-    return "spatial_stream" if fwd and shape[d] > max(512, l2_rows) else "spatial"
+    small_l2 = l2_bytes() < (1 << 20)
+    return "spatial_stream" if fwd and small_l2 and shape[d] > max(512, l2_rows) else "spatial"
 
 
 def run_both(x, g, dim, dtype):
