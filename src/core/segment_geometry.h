@@ -171,14 +171,15 @@ inline bool fused_fixup_rule(int64_t segs, int64_t workers, int esize) {
 //
 // Session 26: narrow rows (a row load of < 256 bytes) with records take kFeatNarrowItems
 // while the launch keeps >= kFeatNarrowMinThreads threads. H200 sweep of the items
-// (bench/results/h200-session26/, cuda_bench --items-sweep, min of 3 alternated rounds,
-// B / 32-item time) over the 15 narrow-row forwards and max backwards (2d_x16_f4 /
-// f16 / f64, fp32 and bf16): 88 items geomean 0.869, worst 1.004 (48: 0.929 / 1.071;
-// 64: 0.921 / 1.047; 96: 0.890 / 1.038; 128: 0.956 / 1.165). A narrow tile of 32 items
-// carries records of 2 x inner floats per ~30 rows of inner x es bytes, as many bytes
-// as the data at 2d_x16_f4, and the fix-up a lane group per tile. The sweep's fewest
-// threads at 88 items, 2d_x16_f16 bf16 (2 lanes of 8: 25k threads, 99 blocks), still
-// gained (forward 0.96-0.99, max backward 0.88), hence the bound of 2^14 threads.
+// (bench/results/h200-session26/run1-b816d3c/items-sweep.md: cuda_bench --items-sweep,
+// min of 3 alternated rounds, B / 32-item time) over the 15 narrow-row forwards and max
+// backwards (2d_x16_f4 / f16 / f64, fp32 and bf16): 88 items geomean 0.869, worst 1.004
+// (48: 0.929 / 1.071; 64: 0.921 / 1.047; 96: 0.890 / 1.038; 128: 0.956 / 1.165). A
+// narrow tile of 32 items carries records of 2 x inner floats per ~30 rows of inner x es
+// bytes, as many bytes as the data at 2d_x16_f4, and the fix-up a lane group per tile.
+// The sweep's narrow rows at 88 items keep 50k-200k threads (198-792 blocks) and gained;
+// the bound of 2^14 threads carries the rule to a third of the fewest timed, untimed
+// below 50k.
 constexpr int64_t kFeatMinThreads = int64_t(1) << 17;
 constexpr int64_t kFeatNarrowItems = 88;
 constexpr int64_t kFeatNarrowMinThreads = int64_t(1) << 14;

@@ -74,7 +74,7 @@ constexpr int64_t kWholeRowMaxCols = 4096;
 constexpr int64_t kWholeRowItemsPerThread = 4;
 // Session 26: which of the two tile families a machine gets. The H200 host's 2
 // pinned cores (Intel Xeon, 2 MiB of L2 per core), A/B of session 25's binary
-// against d700c8f's (bench/results/h200-session26/cpu-ab-softmax.md, 3 alternated
+// against d700c8f's (bench/results/h200-session26/run1-b816d3c/cpu-ab.md, 3 alternated
 // rounds): the whole-row backward 1.28-1.40x slower on [64, 256, 56, 56] (float32
 // 66% -> 46% of memcpy), 1.18x on [8, 4, 2^22], 1.13x on [8192, 8192]; spatial_stream
 // 1.32x slower on [8192, 8192] (40% -> 33%); no row faster beyond the noise. There a
