@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
       if ((bwd && mode == "fwd") || (!bwd && mode == "bwd")) continue;
       for (const int64_t& w : ws) {
         SoftmaxProblem p = make_softmax_problem(c.s, c.dim, c.dt, bwd ? Direction::Bwd : Direction::Fwd, false, Backend::CPU);
-        p.cpu_threads = cpu::softmax_threads();  // as the API layer fills it
+        p.cpu_threads = cpu::softmax_threads();  // as the API layer fills them
+        p.cpu_l2_bytes = cpu::softmax_l2_bytes();
         Plan plan = plan_softmax(p);
         if (w > 0) plan.chunk = std::min<int64_t>(w, p.inner);
         // The forward's kernel forced (the plan picks by D): SWEEP_FORM=stream|spatial for
