@@ -40,6 +40,7 @@ using namespace segred;
 namespace {
 
 int g_reps = 20;
+std::string g_only_reduce;  // --reduce sum|max: that reduce only (e.g. for Nsight Compute's first launches)
 int g_feat_items = 0;  // --feat-items: SegmentTestCaps::feat_items of every call (0: the plan's rule)
 std::vector<int> g_sweep;  // --items-sweep: merge items per feature worker to time (0: the plan's rule)
 int g_sweep_rounds = 3;
@@ -245,6 +246,7 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
   seg_len.lengths = TensorView(d_lens.p, DType::Int64, {S}, {}, gpu);
   seg_len.unsafe = true;
   for (const char* rname : {"sum", "max"}) {
+    if (!g_only_reduce.empty() && g_only_reduce != rname) continue;
     const Reduce red = parse_reduce(rname);
     auto X = [&](int i) { return TensorView(x[size_t(i % nbuf)]->p, dt, xs, {}, gpu); };
     auto O = [&](int i) { return TensorView(out[size_t(i % nbuf)]->p, dt, os, {}, gpu); };
@@ -420,6 +422,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--dtype") && i + 1 < argc) only_dtype = argv[++i];  // float32 | bfloat16
+    else if (!std::strcmp(argv[i], "--reduce") && i + 1 < argc) g_only_reduce = argv[++i];
     else if (!std::strcmp(argv[i], "--graph")) g_graph = true;
     else if (!std::strcmp(argv[i], "--feat-items") && i + 1 < argc) g_feat_items = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sweep-rounds") && i + 1 < argc) g_sweep_rounds = std::max(1, std::atoi(argv[++i]));
