@@ -6,7 +6,7 @@
 # per case at the plan's merge items and at items that put every tile edge on a
 # segment edge of the uniform 16-row cases (136 = 8 x 17: no segment crosses a tile).
 #
-#   bench/ncu_maxbwd_crossing.sh CUDA_BENCH OUTDIR
+#   bench/ncu_maxbwd_crossing.sh CUDA_BENCH OUTDIR      (NCU_CASES=regex: only the cases it matches)
 set -u
 B="${1:?cuda_bench}"
 O="${2:?out dir}"
@@ -14,6 +14,7 @@ mkdir -p "$O"
 one() {  # name, cuda_bench arguments...
   local name="$1"
   shift
+  [[ "$name" =~ ${NCU_CASES:-.} ]] || return 0
   timeout 150 ncu --clock-control none --kernel-name-base demangled -k 'regex:feat_maxmin|StatsFn' -c 12 \
     --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
     "$B" --reps 1 --reduce max "$@" > "$O/ncu-$name.log" 2>&1
