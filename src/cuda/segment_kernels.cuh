@@ -289,24 +289,6 @@ __device__ __forceinline__ Vec<Raw, V> load_vec(const Raw* p) {
   return *reinterpret_cast<const Vec<Raw, V>*>(p);
 }
 
-// The last n < N rows of a feature lane's run, rows j, j + 1, ... `inner` apart: all
-// their loads issued before any is used (row u only where u < n; r[u] is zero
-// beyond). Session 27: the kernels' scalar tail loops (`for (; j < e; ++j)`) cost
-// one memory round trip per row where the row's arithmetic is branchy (ptxas,
-// sm_90, feat_maxmin_bwd float32: each tail load sits behind the previous row's
-// statistic; the forwards' tails took 2-3 round trips for up to 7 rows), and every
-// segment that is not a whole number of N-row rounds, and every piece of a segment
-// that crosses a tile edge, has such a tail. The rows are then combined in the
-// order of the loop they replace, so results are bitwise unchanged. Used by
-// feat_maxmin_bwd for V < 8; feat_reduce keeps its loop: ptxas compiles its tails
-// to 2-3 rounds already, and with this helper it took 64-89 registers instead of
-// 40-44 (float32 V = 4, 16-bit V = 8: fewer resident blocks).
-template <int N, class Raw, int V, class Idx>
-__device__ __forceinline__ void load_rows_tail(Vec<Raw, V> (&r)[N], const Raw* p, Idx j, Idx n, Idx inner) {
-#pragma unroll
-  for (int u = 0; u < N; ++u) r[u] = Idx(u) < n ? load_vec<Raw, V>(p + (j + Idx(u)) * inner) : Vec<Raw, V>{};
-}
-
 __device__ __forceinline__ bool aligned16_dev(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 // A 16-bit element from its bits (the low half of a staged word is the lower address).
 template <class Raw>

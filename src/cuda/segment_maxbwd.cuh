@@ -356,12 +356,8 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
 // inner > 1: feat_elementwise's walk; per segment of the tile, the rows are
 // loaded once for the statistic (StatsFn, feat_reduce's order) and once more
 // (the same lane, right after: L1/L2) for the write. Records as feat_reduce's.
-// Resident blocks of 256 that the 32-bit index form keeps for V = 1: 8 (32
-// registers), as before the tail round (without the bound ptxas took 40: 6 blocks).
 template <class T, class Idx, int V>
-constexpr int kFeatMaxbwdMinBlocks = sizeof(Idx) == 4 && V == 1 ? 8 : 0;
-template <class T, class Idx, int V>
-__global__ void __launch_bounds__(256, kFeatMaxbwdMinBlocks<T, Idx, V>) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+__global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx slabs,
                                                        int G, Idx inner, const Idx* __restrict__ tile_i,
                                                        const Idx* __restrict__ tile_j, Idx* __restrict__ carry,
@@ -389,10 +385,6 @@ __global__ void __launch_bounds__(256, kFeatMaxbwdMinBlocks<T, Idx, V>) feat_max
       acc[v] = sf.identity();
     }
     constexpr int UR = V >= 8 ? 4 : 8;  // row loads in flight per lane (fewer for V = 8: registers)
-    // Session 27: the tail of < UR rows in one round of loads (load_rows_tail), except
-    // for V = 8 (16-bit rows of 16 bytes): there ptxas put the tail's 4 loads into one
-    // register one after another (64 registers) and spilled more: no round trip saved.
-    constexpr bool kTailRound = V < 8;
     for (; j + UR <= e; j += UR) {
       Vec<Raw, V> r[UR];
 #pragma unroll
@@ -402,23 +394,10 @@ __global__ void __launch_bounds__(256, kFeatMaxbwdMinBlocks<T, Idx, V>) feat_max
 #pragma unroll
         for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j + u, r[u].v[v]));
     }
-    if constexpr (kTailRound) {
-      if (j < e) {  // the tail, < UR rows: one round of loads (load_rows_tail)
-        Vec<Raw, V> r[UR];
-        load_rows_tail(r, p, j, e - j, inner);
+    for (; j < e; ++j) {
+      const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
 #pragma unroll
-        for (int u = 0; u < UR; ++u)
-          if (j + u < e)
-#pragma unroll
-            for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j + u, r[u].v[v]));
-        j = e;
-      }
-    } else {
-      for (; j < e; ++j) {
-        const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j, r.v[v]));
-      }
+      for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.value(c[v], j, r.v[v]));
     }
     if (i == i1) {
       const bool keep = keep_carry(q, i1, titems, U);
@@ -448,27 +427,12 @@ __global__ void __launch_bounds__(256, kFeatMaxbwdMinBlocks<T, Idx, V>) feat_max
         *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
       }
     }
-    if constexpr (kTailRound) {
-      if (jj < e) {  // the tail, < UW rows (re-reads from L1/L2): one round of loads
-        Vec<Raw, V> r[UW];
-        load_rows_tail(r, p, jj, e - jj, inner);
+    for (; jj < e; ++jj) {
+      const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
+      Vec<Raw, V> o;
 #pragma unroll
-        for (int u = 0; u < UW; ++u)
-          if (jj + u < e) {
-            Vec<Raw, V> o;
-#pragma unroll
-            for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj + u, r[u].v[v]);
-            *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
-          }
-      }
-    } else {
-      for (; jj < e; ++jj) {
-        const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
-        Vec<Raw, V> o;
-#pragma unroll
-        for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj, r.v[v]);
-        *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
-      }
+      for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj, r.v[v]);
+      *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
     }
     if (i == i1) break;
   }
