@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 27 (issue #4): where the feature max backward's time goes when segments
-# cross tile edges. Nsight Compute durations of every kernel of the max calls
-# (prepare, feat_maxmin_bwd, fixup_tree<StatsFn>, feat_maxmin_repair; the forward's
-# prepare and fixup_tree are in the log too, in launch order) of a prebuilt cuda_bench,
+# cross tile edges. Nsight Compute durations of the max backward's own kernels
+# (feat_maxmin_bwd, fixup_tree<StatsFn>, feat_maxmin_repair, in launch order; the
+# regex matches no forward kernel and not prepare, which the forward shares) over the
+# first 4 backward calls (--reps 1: 3 warm-ups and 1 timed) of a prebuilt cuda_bench,
 # per case at the plan's merge items and at items that put every tile edge on a
 # segment edge of the uniform 16-row cases (136 = 8 x 17: no segment crosses a tile).
 #
