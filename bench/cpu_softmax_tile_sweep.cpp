@@ -8,7 +8,8 @@
 // a W repeated alternates with the others in one process: the pairs of
 // bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index;
 // SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25),
-// SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores.
+// SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores, SWEEP_RECOMPUTE_PAIRS=1
+// the spatial forward's buffered and recomputed exps (session 28).
 #include <omp.h>
 
 #include <algorithm>
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
                                 {{16, 2000, 4096}, 1, DType::Float32},
                                 {{16384, 4096}, 1, DType::Float32},   // 6, 7: lastdim (the stream pairs only)
                                 {{16384, 4096}, 1, DType::Float16}};
+  // SWEEP_L2=bytes: plan with this L2 (cpu::softmax_l2_override), e.g. the
+  // benchmark host's 2 MiB on a machine with less.
+  if (const char* l2 = std::getenv("SWEEP_L2")) cpu::softmax_l2_override() = std::atoll(l2);
   const char* sel = std::getenv("SWEEP_CASES");  // e.g. "013": the cases' indices
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     if (sel && !std::strchr(sel, char('0' + ci))) continue;
@@ -76,6 +80,11 @@ int main(int argc, char** argv) {
         // (softmax_stream_mode 1), odd ones with streaming stores (2) (session 25).
         if (std::getenv("SWEEP_STREAM_PAIRS")) cpu::softmax_stream_mode() = (&w - ws.data()) % 2 == 1 ? 2 : 1;
         if ((&w - ws.data()) % 2 == 1) force(std::getenv("SWEEP_FORM_ODD"));
+        // SWEEP_RECOMPUTE_PAIRS=1: even positions with the buffered exps (spatial's
+        // write pass, softmax_spatial_recompute_mode 1), odd ones recomputing them
+        // from x (2) (session 28).
+        const bool rc_pairs = std::getenv("SWEEP_RECOMPUTE_PAIRS") != nullptr;
+        if (rc_pairs) cpu::softmax_spatial_recompute_mode() = (&w - ws.data()) % 2 == 1 ? 2 : 1;
         std::vector<double> t;
         for (int k = 0; k < 8; ++k) {
           const auto t0 = std::chrono::steady_clock::now();
@@ -86,8 +95,11 @@ int main(int argc, char** argv) {
         t.erase(t.begin());
         std::sort(t.begin(), t.end());
         const double gbps = (bwd ? 3 : 2) * tb / t[t.size() / 2] / 1e9;
+        const char* form = plan.path.find("stream") != std::string_view::npos ? "stream"
+                           : rc_pairs && !bwd ? (cpu::softmax_spatial_recompute(p) ? "recomp" : "buffer")
+                                              : "";
         std::printf("%-18s dim%ld %s %s %-6s W=%-5ld st%d %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
-                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", (plan.path.find("stream") != std::string_view::npos ? "stream" : ""), long(plan.chunk), int(cpu::softmax_stream_mode().load()), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
+                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", form, long(plan.chunk), int(cpu::softmax_stream_mode().load()), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
         std::fflush(stdout);
       }
     }
