@@ -8,8 +8,9 @@
 // a W repeated alternates with the others in one process: the pairs of
 // bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index;
 // SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25),
-// SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores, SWEEP_RECOMPUTE_PAIRS=1
-// the spatial forward's buffered and recomputed exps (session 28).
+// SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores. (Session 28's
+// SWEEP_RECOMPUTE_PAIRS, the forward recomputing its exps, went with that form:
+// bench/NOTES.md, session 29.)
 #include <omp.h>
 
 #include <algorithm>
@@ -80,11 +81,6 @@ int main(int argc, char** argv) {
         // (softmax_stream_mode 1), odd ones with streaming stores (2) (session 25).
         if (std::getenv("SWEEP_STREAM_PAIRS")) cpu::softmax_stream_mode() = (&w - ws.data()) % 2 == 1 ? 2 : 1;
         if ((&w - ws.data()) % 2 == 1) force(std::getenv("SWEEP_FORM_ODD"));
-        // SWEEP_RECOMPUTE_PAIRS=1: even positions with the buffered exps (spatial's
-        // write pass, softmax_spatial_recompute_mode 1), odd ones recomputing them
-        // from x (2) (session 28).
-        const bool rc_pairs = std::getenv("SWEEP_RECOMPUTE_PAIRS") != nullptr;
-        if (rc_pairs) cpu::softmax_spatial_recompute_mode() = (&w - ws.data()) % 2 == 1 ? 2 : 1;
         std::vector<double> t;
         for (int k = 0; k < 8; ++k) {
           const auto t0 = std::chrono::steady_clock::now();
@@ -95,9 +91,7 @@ int main(int argc, char** argv) {
         t.erase(t.begin());
         std::sort(t.begin(), t.end());
         const double gbps = (bwd ? 3 : 2) * tb / t[t.size() / 2] / 1e9;
-        const char* form = plan.path.find("stream") != std::string_view::npos ? "stream"
-                           : rc_pairs && !bwd ? (cpu::softmax_spatial_recompute(p) ? "recomp" : "buffer")
-                                              : "";
+        const char* form = plan.path.find("stream") != std::string_view::npos ? "stream" : "";
         std::printf("%-18s dim%ld %s %s %-6s W=%-5ld st%d %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
                     std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", form, long(plan.chunk), int(cpu::softmax_stream_mode().load()), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
         std::fflush(stdout);

@@ -79,17 +79,6 @@ std::atomic<int>& softmax_stream_mode() {
   return mode;
 }
 
-std::atomic<int>& softmax_spatial_recompute_mode() {
-  static std::atomic<int> mode{0};
-  return mode;
-}
-
-bool softmax_spatial_recompute(const SoftmaxProblem& p) {
-  const int mode = softmax_spatial_recompute_mode().load(std::memory_order_relaxed);
-  if (p.log) return false;
-  return mode == 2;
-}
-
 int64_t parse_cache_size(std::string_view s) {
   int64_t v = 0;
   size_t i = 0;

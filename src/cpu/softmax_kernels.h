@@ -49,13 +49,6 @@ SoftmaxIsa softmax_isa();
 // never, 2 always (tests force both).
 std::atomic<int>& softmax_stream_mode();
 bool softmax_stream_output(int64_t bytes_moved);
-// The spatial softmax forward's write pass (softmax_fwd_kernels.inc, spatial):
-// mode 0 (the default) takes the rule below, 1 reads the buffered exps, 2
-// recomputes them from x (kRecompute). The rule is the buffer for every dtype
-// (session 28: the recompute form awaits its measurement on the benchmark host;
-// bench/NOTES.md). Not for log_softmax, whose write pass reads x anyway.
-std::atomic<int>& softmax_spatial_recompute_mode();
-bool softmax_spatial_recompute(const SoftmaxProblem& p);
 // The parsers behind that cache share (sysfs): a cache size ("32768K", "2M",
 // "512"; 0 when malformed) and the CPU count of a list ("0-1", "0,2-3,8"; 0 when
 // malformed).

@@ -273,7 +273,6 @@ struct IsaAndStreamScope {
   ~IsaAndStreamScope() {
     cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
     cpu::softmax_stream_mode() = 0;
-    cpu::softmax_spatial_recompute_mode() = 0;
   }
 };
 std::vector<cpu::SoftmaxIsa> runnable_isas() {
@@ -306,63 +305,6 @@ TYPED_TEST(SoftmaxDtype, EveryIsaBuildAndStoreModeAgainstReference) {
         check_against_reference<TypeParam>(decompose(shapes[k].first, shapes[k].second), xs[k], gs[k]);
       special_value_rows_both_paths<TypeParam>(rng);
     }
-}
-
-// The spatial forward's write pass with its exps recomputed from x (session 28,
-// softmax_spatial_recompute_mode 2) against the buffered exps (1), on every build
-// this CPU runs: a single statistics block (D <= R) and several, vector tails,
-// a tile narrower than inner, and columns of special values (a -inf prefix
-// over several blocks, NaN, +inf, all -inf). The recomputed exp is the same
-// operation on the same operands as the exps pass's: AVX-512 (the exp ends in
-// vscalefps) and float64 (libm) must agree bit for bit; the AVX2 and baseline
-// builds may fuse the exps pass's sum with the exp's last multiply where no
-// exps are stored, so there both forms are held to the float64 reference.
-TYPED_TEST(SoftmaxDtype, SpatialRecomputeMatchesBuffered) {
-  using T = TypeParam;
-  IsaAndStreamScope restore;
-  const L2Scope l2(int64_t(2) << 20);  // the benchmark host's L2: spatial (not spatial_stream) for every D here
-  Rng rng;
-  SEED_TRACE(rng);
-  const DType dt = dtype_of<T>();
-  const std::vector<std::pair<Shape, int64_t>> shapes = {
-      {{5, 97, 33}, 1}, {{2, 600, 150}, 1}, {{1200, 70}, 0}, {{3, 40, 300}, 1}, {{2, 700, 1100}, 1}};
-  for (cpu::SoftmaxIsa isa : runnable_isas()) {
-    cpu::softmax_isa_cap() = int(isa);
-    for (const auto& [shape, dim] : shapes) {
-      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << " shape " << shape_string(shape));
-      const Problem pr = decompose(shape, dim);
-      const int64_t D = pr.ref.D, inner = pr.ref.inner;
-      auto x = rng.values(pr.ref.size(), 6.0);
-      for (int64_t d = 0; d < D * 2 / 3; ++d) x[size_t(d * inner + 1)] = -kInf;  // column 1: a long -inf prefix
-      x[size_t((D - 1) * inner + 1)] = 5.0;
-      x[size_t(D / 2 * inner + 2)] = kNaN;
-      x[size_t(D / 3 * inner + 4)] = kInf;
-      for (int64_t d = 0; d < D; ++d) x[size_t(d * inner + 5)] = -kInf;  // column 5: all -inf
-      std::vector<T> xt = to_t<T>(x);
-      std::vector<std::vector<T>> ys;
-      for (int mode : {1, 2}) {
-        cpu::softmax_spatial_recompute_mode() = mode;
-        std::vector<T> y(xt.size(), from_double<T>(-7.0));
-        TraceSession trace;
-        softmax_out(TensorView(xt.data(), dt, shape), dim, TensorView(y.data(), dt, shape));
-        const auto rec = trace.records();
-        ASSERT_EQ(rec.size(), 1u);
-        EXPECT_EQ(rec[0].path, "softmax.fwd.cpu.spatial.i64");
-        EXPECT_TRUE(all_close<T>(as_double(y.data(), y.size()), reference::softmax_forward(pr.ref, as_double(xt.data(), xt.size()), false)))
-            << "mode " << mode;
-        ys.push_back(std::move(y));
-      }
-      if (isa == cpu::SoftmaxIsa::Avx512 || dt == DType::Float64) {
-        // Bit for bit, NaN payloads and signs aside.
-        const auto a = as_double(ys[0].data(), ys[0].size()), b = as_double(ys[1].data(), ys[1].size());
-        size_t differ = 0, first = 0;
-        for (size_t i = 0; i < a.size(); ++i)
-          if (!(std::isnan(a[i]) && std::isnan(b[i])) && std::memcmp(&ys[0][i], &ys[1][i], sizeof(T)) != 0 && differ++ == 0) first = i;
-        EXPECT_EQ(differ, 0u) << "recomputed exps differ from the buffered ones, first at " << first << ": " << a[first] << " vs "
-                              << b[first];
-      }
-    }
-  }
 }
 
 // Streaming stores start at an aligned address: outputs that are not aligned to
