@@ -12,6 +12,8 @@
 // Flags: --only SUBSTRING (cases), --dtype float32|bfloat16, --reps N, --dir D, --graph,
 // --feat-items N (session 24: every feature call at N merge items per worker, i.e.
 // SegmentTestCaps::feat_items, in place of the plan's feat_items_rule; 0 the rule),
+// --feat-half-vec N (session 29: SegmentTestCaps::feat_half_vec, the 16-bit feature
+// forwards' vector width: 0 the rule, 1 16-byte vectors, 2 8-byte half vectors),
 // --items-sweep N,N,... (session 26: feature cases only, nothing else timed: per case,
 // dtype, reduce and direction, every listed items value (0: the plan's rule) timed in
 // --sweep-rounds rounds (default 3), the list's order rotated each round; SWEEP lines:
@@ -42,6 +44,7 @@ namespace {
 int g_reps = 20;
 std::string g_only_reduce;  // --reduce sum|max: that reduce only (e.g. for Nsight Compute's first launches)
 int g_feat_items = 0;  // --feat-items: SegmentTestCaps::feat_items of every call (0: the plan's rule)
+int g_feat_half_vec = 0;  // --feat-half-vec: SegmentTestCaps::feat_half_vec (0 the rule, 1 full, 2 half vectors)
 std::vector<int> g_sweep;  // --items-sweep: merge items per feature worker to time (0: the plan's rule)
 int g_sweep_rounds = 3;
 
@@ -425,6 +428,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--reduce") && i + 1 < argc) g_only_reduce = argv[++i];
     else if (!std::strcmp(argv[i], "--graph")) g_graph = true;
     else if (!std::strcmp(argv[i], "--feat-items") && i + 1 < argc) g_feat_items = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--feat-half-vec") && i + 1 < argc) g_feat_half_vec = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sweep-rounds") && i + 1 < argc) g_sweep_rounds = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--items-sweep") && i + 1 < argc) {
       for (const char* t = argv[++i]; *t;) {
@@ -436,6 +440,8 @@ int main(int argc, char** argv) {
   }
   segred::detail::segment_test_caps().feat_items = g_feat_items;
   if (g_feat_items > 0) std::printf("FEAT_ITEMS\t%d\n", g_feat_items);
+  segred::detail::segment_test_caps().feat_half_vec = g_feat_half_vec;
+  if (g_feat_half_vec > 0) std::printf("FEAT_HALF_VEC\t%d\n", g_feat_half_vec);
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("DEVICE\t%s\t%d SMs\n", prop.name, prop.multiProcessorCount);

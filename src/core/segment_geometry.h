@@ -113,6 +113,10 @@ struct SegmentTestCaps {
   // end whose segments average >= 4 positions, the walk elsewhere), 1 the walk
   // everywhere, 2 flat_fill_tile for every tile (gi 16-byte aligned). All give the same bits.
   std::atomic<int> flat_fill{0};
+  // The feature forward's vector width for 16-bit types (session 29; feat_vec_rule
+  // below): 0 the rule, 1 full 16-byte vectors (8 features a lane), 2 half vectors
+  // (8-byte loads, 4 features a lane) wherever inner allows them.
+  std::atomic<int> feat_half_vec{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;
@@ -238,6 +242,32 @@ inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t s
   return esize == 4 && sum && positions / std::max<int64_t>(segments, 1) >= kFlatCoalescedLen ? 2 : 0;
 }
 
+// Session 29: features per lane of a feature call (SegmentGeometry::vec). 16-byte
+// vectors (16 / esize features a lane) wherever inner is a multiple of them and the
+// data is aligned, else one feature a lane. A 16-bit forward (feat_reduce) may also
+// take half vectors, 8-byte loads of 4 features: twice the lanes for the same row
+// bytes, half the registers per round of 8 row loads. The reason to try it (bench/
+// NOTES.md, session 24's ncu of the same-geometry pair): bf16 2d_64kx16_f128 sum
+// forward 0.124 ms against fp32 2d_x16_f64's 0.101 ms (the same 256-byte rows,
+// segments and grid); ptxas holds the 16-bit round to 40 registers and spreads its 8
+// loads between their uses (2, 1, 1, 1, 1, 2 issued before each wait against fp32's
+// 4 and 4). Half vectors also reach inner = 4 mod 8 (12, 20, ...; 2d_x16_f4's
+// inner 4), which full vectors read one feature a lane. The backward kernels keep
+// full vectors (their instantiations: feat_elementwise, feat_maxmin_bwd). `cap`:
+// SegmentTestCaps::feat_half_vec. The rule keeps full vectors until the device says
+// otherwise (bench/NOTES.md, session 29).
+inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, int cap) {
+  if (!aligned || esize <= 0) return 1;
+  const int v = 16 / esize;
+  if (esize == 2 && dir == Direction::Fwd && cap == 2 && inner % (v / 2) == 0) return v / 2;
+  return inner % v == 0 ? v : 1;
+}
+
+// Whether a feature geometry reads 16-bit rows in half vectors (4 features a lane).
+inline bool is_half_vec(const SegmentGeometry& g, DType t) {
+  return !g.flat && !g.prod_bwd && dtype_size(t) == 2 && g.vec == 4;
+}
+
 // The calls that have the choice: the inner == 1 forward (flat_reduce).
 inline bool has_fixup_variant(const SegmentGeometry& g, Direction dir) {
   return g.flat && !g.prod_bwd && dir == Direction::Fwd;
@@ -271,8 +301,7 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     g.workers = ceil_div(D, g.items);
     threads = g.workers * 32;
   } else {
-    const int v = esize > 0 ? 16 / esize : 1;
-    g.vec = (aligned && inner % v == 0) ? v : 1;
+    g.vec = feat_vec_rule(esize, p.direction, inner, aligned, segment_test_caps().feat_half_vec.load());
     const int64_t lanes = ceil_div(inner, g.vec);
     int G = 1;
     while (G < 32 && G < lanes) G *= 2;

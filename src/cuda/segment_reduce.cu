@@ -624,7 +624,7 @@ SegmentProblem with_wave(SegmentProblem p, bool aligned, int device) {
   dispatch(p.dtype, g.index_bits, [&](auto t, auto i) {
     using T = decltype(t);
     using Idx = decltype(i);
-    p.feat_blocks_per_sm = p.direction == Direction::Fwd ? feat_fwd_blocks_per_sm<T, Idx>(p.reduce, g.vec > 1)
+    p.feat_blocks_per_sm = p.direction == Direction::Fwd ? feat_fwd_blocks_per_sm<T, Idx>(p.reduce, g.vec)
                                                          : feat_bwd_blocks_per_sm<T, Idx>(g.vec > 1);
   });
   return p;

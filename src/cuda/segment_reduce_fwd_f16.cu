@@ -4,6 +4,6 @@
 namespace segred::cuda {
 template void run_fwd<::segred::half_t, int32_t>(const FwdArgs&);
 template void run_fwd<::segred::half_t, int64_t>(const FwdArgs&);
-template int feat_fwd_blocks_per_sm<::segred::half_t, int32_t>(Reduce, bool);
-template int feat_fwd_blocks_per_sm<::segred::half_t, int64_t>(Reduce, bool);
+template int feat_fwd_blocks_per_sm<::segred::half_t, int32_t>(Reduce, int);
+template int feat_fwd_blocks_per_sm<::segred::half_t, int64_t>(Reduce, int);
 }  // namespace segred::cuda

@@ -92,9 +92,9 @@ template <class T, class Idx> void run_fwd(const FwdArgs& a);  // T: host storag
 template <class T, class Idx> void run_bwd(const BwdArgs& a);
 // Resident blocks of detail::kBlock threads per SM of the feature kernel a call with
 // records runs (feat_reduce of the forward's reduce; feat_maxmin_bwd), `vec`: the vector
-// instantiation. SegmentProblem::feat_blocks_per_sm, the wave fit's input (session 26,
+// instantiation (the forward: SegmentGeometry::vec; the backward: full vectors or not). SegmentProblem::feat_blocks_per_sm, the wave fit's input (session 26,
 // src/core/segment_geometry.h). 0 when the query fails. Instantiated with run_fwd / run_bwd.
-template <class T, class Idx> int feat_fwd_blocks_per_sm(Reduce reduce, bool vec);
+template <class T, class Idx> int feat_fwd_blocks_per_sm(Reduce reduce, int vec);
 template <class T, class Idx> int feat_bwd_blocks_per_sm(bool vec);
 
 namespace impl {
@@ -220,6 +220,21 @@ auto flat_reduce_kernel(FlatForm f) {
   }
 }
 
+// Features a lane of the 16-bit forward's half vectors (8-byte loads; feat_vec_rule).
+template <class Raw>
+constexpr int kHalfVec = int(8 / sizeof(Raw));
+// The feat_reduce instantiation of a vector width (SegmentGeometry::vec): full
+// 16-byte vectors, one feature a lane, and for 16-bit types half vectors.
+template <class Fn, class Idx>
+auto feat_reduce_kernel(int vec) {
+  using Raw = typename Fn::Raw;
+  constexpr int VEC = int(16 / sizeof(Raw));
+  if constexpr (sizeof(Raw) == 2) {
+    if (vec == kHalfVec<Raw>) return feat_reduce<Fn, Idx, kHalfVec<Raw>>;
+  }
+  return vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;
+}
+
 // Main kernel + fix-up of one reduction pass (forward, or max/min stats).
 template <class Fn, class Idx>
 void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
@@ -251,14 +266,14 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     record(c.path, grid, block, !c.fixup_choice ? "" : fused ? "fused_fixup" : "fixup_tree");
     if (fused) return;
   } else {
-    constexpr int VEC = int(16 / sizeof(Raw));
-    auto k = g.vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;
+    auto k = feat_reduce_kernel<Fn, Idx>(g.vec);
     const int block = viable_block(k, g.block, 0, g.group, "feat_reduce");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
     launch_main(c, k, grid, block, 0, fn, x, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
                 carry, head);
     check_launch("feat_reduce");
-    record(c.path, grid, block);
+    // 16-bit half vectors (feat_vec_rule) name themselves in the trace: the tests assert the form ran.
+    record(c.path, grid, block, sizeof(Raw) == 2 && g.vec == kHalfVec<Raw> ? "half_vectors" : "");
   }
   // Fix-up of tile-crossing segments: FX lanes per tile.
   int FX = 1;
@@ -463,13 +478,11 @@ void run_bwd(const BwdArgs& a) {
 }
 
 template <class T, class Idx>
-int feat_fwd_blocks_per_sm(Reduce reduce, bool vec) {
+int feat_fwd_blocks_per_sm(Reduce reduce, int vec) {
   using D = typename Dev<T>::type;
-  constexpr int VEC = int(16 / sizeof(D));  // reduce_pass's choice of instantiation
   auto of = [&](auto op) {
     using Fn = FwdFn<D, decltype(op), Idx>;
-    return vec ? impl::resident_blocks(feat_reduce<Fn, Idx, VEC>, detail::kBlock)
-               : impl::resident_blocks(feat_reduce<Fn, Idx, 1>, detail::kBlock);
+    return impl::resident_blocks(impl::feat_reduce_kernel<Fn, Idx>(vec), detail::kBlock);  // reduce_pass's kernel
   };
   switch (reduce) {
     case Reduce::Sum:

@@ -328,6 +328,83 @@ TEST_P(CudaSegmentReduce, FeatureTilesOfEveryItemCount) {
   caps.feat_items = 0;
 }
 
+// Session 29: the 16-bit feature forward in half vectors (8-byte loads, 4 features a
+// lane; SegmentTestCaps::feat_half_vec 2) against full vectors (1): every forward
+// reduce, widths that take full vectors (128, 8), half vectors only (12, 4) and
+// neither (6), axis 1 with batched metadata. Each form against the
+// reference and the CPU (check_cuda), 16-bit dtypes (the others: no such form, the
+// plan's variant checked); at the same merge items the two forms combine
+// every feature's rows in the same order (a lane's features change, not a feature's
+// rows), so their outputs must be the same bits. The trace names the half-vector
+// form exactly where the plan says so (plan.variant), and only for 16-bit dtypes.
+TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
+  SEGRED_NEED_GPU();
+#ifdef SEGRED_WITH_CUDA
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  const DType t = GetParam();
+  auto& caps = detail::segment_test_caps();
+  if (dtype_size(t) != 2) {  // 4- and 8-byte types: no half vectors (the plan test covers their widths)
+    caps.feat_half_vec = 2;
+    SegmentProblem prob;
+    prob.backend = Backend::CUDA;
+    prob.dtype = t;
+    prob.axis_len = 1000;
+    prob.inner = 128;
+    prob.num_segments = 10;
+    EXPECT_EQ(plan_segment_reduce(prob).variant, "");
+    caps.feat_half_vec = 0;
+    return;
+  }
+  std::vector<int64_t> lens = random_lengths(rng, 400, 40);
+  lens.insert(lens.begin() + int64_t(lens.size() / 2), {0, 1500, 0, 1});  // one segment over many tiles
+  int64_t R = 0;
+  for (auto v : lens) R += v;
+  for (const int items : {88, 7}) {
+    caps.feat_items = items;
+    for (const int64_t inner : {128, 12, 8, 6, 4})
+      for (const char* r : {"sum", "mean", "max", "min", "prod"}) {
+        SCOPED_TRACE(::testing::Message() << "items " << items << " inner " << inner << " " << r);
+        const Layout lay = from_lengths({R, inner}, 0, {lens});
+        const std::vector<double> x = rounded(t, random_data(rng, R * inner, r, t));
+        const Tensor data = dev(make_tensor(x, lay.shape, t)), meta = dev(lay.meta());
+        const Segments seg = dev_segments(lay, meta);
+        SegmentProblem prob;
+        prob.backend = Backend::CUDA;
+        prob.direction = Direction::Fwd;
+        prob.reduce = parse_reduce(r);
+        prob.dtype = t;
+        prob.axis_len = R;
+        prob.inner = inner;
+        prob.num_segments = int64_t(lens.size());
+        Tensor out[3];
+        for (const int form : {1, 2}) {
+          caps.feat_half_vec = form;
+          const bool half = dtype_size(t) == 2 && form == 2 && inner % 4 == 0;
+          EXPECT_EQ(plan_segment_reduce(prob).variant, half ? "half_vectors" : "") << "form " << form;
+          check_cuda(lay, t, r, x, rng);
+          out[form] = poisoned(lay.out_shape(), t);
+          TraceSession ts;
+          segment_reduce_out(data, parse_reduce(r), seg, out[form]);
+          EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          int with_half = 0;
+          for (const TraceRecord& rec : ts.records()) with_half += rec.variant == "half_vectors";
+          EXPECT_EQ(with_half, half ? 1 : 0) << "form " << form;
+        }
+        EXPECT_TRUE(same_bits(host(out[1]), host(out[2]))) << "half vectors differ from full vectors";
+      }
+    for (const char* r : {"sum", "max"})  // axis 1, batched metadata
+      for (const int form : {1, 2}) {
+        caps.feat_half_vec = form;
+        check_cuda(from_lengths({2, 37, 64}, 1, {{5, 32}, {0, 37}}), t, r, random_data(rng, 2 * 37 * 64, r, t), rng);
+      }
+  }
+  caps.feat_items = 0;
+  caps.feat_half_vec = 0;
+#endif
+}
+
 // Segments of kmin..kmax flat tiles (512 merge items, 1024 for 16-bit types), each
 // length off by each of `ds` items, every one followed by a short segment
 // (1 + (k * mul + d) % mod) so that the tile alignment of the next one varies.

@@ -156,6 +156,47 @@ TEST(PlanCudaSegmentReduce, FlatFullTileForm) {
   caps.flat_direct = 0;
 }
 
+// Session 29: features per lane of a feature call (feat_vec_rule): 16-byte vectors
+// where inner is a multiple of them and the data aligned, else 1; the 16-bit
+// forwards take 8-byte half vectors under feat_half_vec = 2 (inner a multiple of 4,
+// Plan::variant "half_vectors"), the backwards never; the rule (0) and 1 keep full vectors.
+TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
+  const int64_t R = int64_t(1) << 20;
+  auto geo = [&](DType t, int64_t inner, Direction d = Direction::Fwd, Reduce r = Reduce::Sum, bool aligned = true) {
+    return detail::segment_geometry(cuda_problem(d, 1, R, inner, R / 16, t, r), aligned);
+  };
+  auto& caps = detail::segment_test_caps();
+  for (const int cap : {0, 1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "feat_half_vec " << cap);
+    caps.feat_half_vec = cap;
+    const bool half = cap == 2;
+    for (DType t : {DType::BFloat16, DType::Float16}) {
+      EXPECT_EQ(geo(t, 128).vec, half ? 4 : 8);
+      EXPECT_EQ(geo(t, 128).group, half ? 32 : 16);
+      EXPECT_EQ(geo(t, 64).vec, half ? 4 : 8);
+      EXPECT_EQ(geo(t, 12).vec, half ? 4 : 1);
+      EXPECT_EQ(geo(t, 4).vec, half ? 4 : 1);
+      EXPECT_EQ(geo(t, 4).group, half ? 1 : 4);
+      EXPECT_EQ(geo(t, 6).vec, 1);
+      EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Max).vec, half ? 4 : 8);
+      EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Sum, false).vec, 1);  // misaligned data
+      for (Reduce r : {Reduce::Sum, Reduce::Max}) {
+        EXPECT_EQ(geo(t, 128, Direction::Bwd, r).vec, 8);  // backwards: full vectors
+        EXPECT_EQ(geo(t, 12, Direction::Bwd, r).vec, 1);
+      }
+      EXPECT_EQ(plan_segment_reduce(cuda_problem(Direction::Fwd, 1, R, 128, R / 16, t, Reduce::Sum)).variant,
+                half ? "half_vectors" : "");
+      EXPECT_EQ(plan_segment_reduce(cuda_problem(Direction::Bwd, 1, R, 128, R / 16, t, Reduce::Max)).variant, "");
+    }
+    EXPECT_EQ(geo(DType::Float32, 128).vec, 4);  // 4- and 8-byte types: full vectors whatever the cap
+    EXPECT_EQ(geo(DType::Float32, 6).vec, 1);
+    EXPECT_EQ(geo(DType::Float64, 128).vec, 2);
+    EXPECT_EQ(plan_segment_reduce(cuda_problem(Direction::Fwd, 1, R, 128, R / 16, DType::Float32, Reduce::Sum)).variant,
+              "");
+  }
+  caps.feat_half_vec = 0;
+}
+
 // Session 13: merge items per feature worker (detail::feat_items_rule, Plan::chunk):
 // 128 for wide rows (a worker reads >= 256 bytes of a row) in the calls that keep
 // records (forward, max/min backward) while >= 2^17 threads remain, else 64, else 32;
