@@ -254,14 +254,32 @@ inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t s
 // 4 and 4). Half vectors also reach inner = 4 mod 8 (12, 20, ...; 2d_x16_f4's
 // inner 4), which full vectors read one feature a lane. The backward kernels keep
 // full vectors (their instantiations: feat_elementwise, feat_maxmin_bwd). `cap`:
-// SegmentTestCaps::feat_half_vec. The rule keeps full vectors until the device says
-// otherwise (bench/NOTES.md, session 29).
+// SegmentTestCaps::feat_half_vec (0 the rule, 1 full vectors, 2 half wherever inner
+// allows).
+// H200, session 29 (bench/NOTES.md; one binary, half vectors forced against the old
+// rule, 3 alternated rounds, bf16): 2d_64kx16_f128 sum / max forward 0.888 / 0.856,
+// 2d_exp40_f128 0.903 / 0.818, 2d_x16_f64 0.805 / 0.845, 2d_x16_f16 0.687 / 0.777,
+// but 2d_x16_f4 1.199 / 1.214 (inner 4: one lane per 8-byte row, a warp's load
+// spread over 32 tiles). So the rule: half vectors for the 16-bit forwards whose
+// inner is a multiple of 4 and at least kHalfVecMinInner = 16 (4 lanes a row or
+// more; inner 8 and 12 were not timed and keep the old widths). float16 takes the
+// rule of bfloat16 (the same kernel but the conversion; not timed).
+constexpr int64_t kHalfVecMinInner = 16;
 inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, int cap) {
   if (!aligned || esize <= 0) return 1;
   const int v = 16 / esize;
-  if (esize == 2 && dir == Direction::Fwd && cap == 2 && inner % (v / 2) == 0) return v / 2;
+  const bool can_half = esize == 2 && dir == Direction::Fwd && inner % (v / 2) == 0;
+  if (can_half && (cap == 2 || (cap == 0 && inner >= kHalfVecMinInner))) return v / 2;
   return inner % v == 0 ? v : 1;
 }
+// Session 29: merge items of a half-vector forward whose row load is >= 256 bytes.
+// The same run's items sweep (half vectors forced, bf16 sum forwards, B / 128 items):
+// 2d_64kx16_f128 88 0.973, 176 0.920, 256 0.915; 2d_exp40_f128 0.958 / 0.942 / 0.919;
+// the narrow 2d_x16_f64 (128-byte rows, 88 items by the narrow rule) 1.033 at 176,
+// 1.144 at 256. So these wide rows take kHalfVecWideItems while the launch keeps
+// kFeatMinThreads (2d_64kx16_f128: 4353 workers x 32 lanes = 139 k threads, 545
+// blocks), else feat_items_rule's items. The wave fit follows as for every records call.
+constexpr int64_t kHalfVecWideItems = 256;
 
 // Whether a feature geometry reads 16-bit rows in half vectors (4 features a lane).
 inline bool is_half_vec(const SegmentGeometry& g, DType t) {
@@ -310,6 +328,9 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     const bool records = p.direction == Direction::Fwd || p.reduce == Reduce::Max || p.reduce == Reduce::Min;
     const int force = segment_test_caps().feat_items.load();
     g.items = force > 0 ? force : feat_items_rule(D, g.slabs, G, g.vec, esize, records);
+    if (force <= 0 && esize == 2 && g.vec == 4 && int64_t(G) * g.vec * esize >= 256 &&
+        ceil_div(D, kHalfVecWideItems) * g.slabs * G >= kFeatMinThreads)
+      g.items = kHalfVecWideItems;  // half-vector forwards of wide rows (session 29)
     if (force <= 0 && records)
       g.items = feat_wave_items(g.items, D, g.slabs, G, kBlock,
                                 int64_t(std::max(p.sm_count, 0)) * std::max(p.feat_blocks_per_sm, 0));

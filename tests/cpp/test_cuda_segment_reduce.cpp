@@ -329,14 +329,15 @@ TEST_P(CudaSegmentReduce, FeatureTilesOfEveryItemCount) {
 }
 
 // Session 29: the 16-bit feature forward in half vectors (8-byte loads, 4 features a
-// lane; SegmentTestCaps::feat_half_vec 2) against full vectors (1): every forward
-// reduce, widths that take full vectors (128, 8), half vectors only (12, 4) and
-// neither (6), axis 1 with batched metadata. Each form against the
-// reference and the CPU (check_cuda), 16-bit dtypes (the others: no such form, the
-// plan's variant checked); at the same merge items the two forms combine
-// every feature's rows in the same order (a lane's features change, not a feature's
-// rows), so their outputs must be the same bits. The trace names the half-vector
-// form exactly where the plan says so (plan.variant), and only for 16-bit dtypes.
+// lane). Three forms (SegmentTestCaps::feat_half_vec): full vectors (1), half vectors
+// wherever inner allows (2), the rule (0: half vectors from inner 16). Widths: half
+// vectors by the rule (128, 16), only when forced (12, 4), full vectors (8), neither
+// (6); every forward reduce; axis 1 with batched metadata. Each form against the
+// reference and the CPU (check_cuda), 16-bit dtypes (the others have no such form:
+// the plan's variant is checked). At the same merge items the forms combine every
+// feature's rows in the same order (a lane's features change, not a feature's rows),
+// so their outputs must be the same bits. The trace names the half-vector form
+// exactly where the plan says so (plan.variant).
 TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
   SEGRED_NEED_GPU();
 #ifdef SEGRED_WITH_CUDA
@@ -363,7 +364,7 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
   for (auto v : lens) R += v;
   for (const int items : {88, 7}) {
     caps.feat_items = items;
-    for (const int64_t inner : {128, 12, 8, 6, 4})
+    for (const int64_t inner : {128, 16, 12, 8, 6, 4})
       for (const char* r : {"sum", "mean", "max", "min", "prod"}) {
         SCOPED_TRACE(::testing::Message() << "items " << items << " inner " << inner << " " << r);
         const Layout lay = from_lengths({R, inner}, 0, {lens});
@@ -379,9 +380,9 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
         prob.inner = inner;
         prob.num_segments = int64_t(lens.size());
         Tensor out[3];
-        for (const int form : {1, 2}) {
+        for (const int form : {1, 2, 0}) {  // full, half wherever inner allows, the rule (inner >= 16)
           caps.feat_half_vec = form;
-          const bool half = dtype_size(t) == 2 && form == 2 && inner % 4 == 0;
+          const bool half = inner % 4 == 0 && (form == 2 || (form == 0 && inner >= detail::kHalfVecMinInner));
           EXPECT_EQ(plan_segment_reduce(prob).variant, half ? "half_vectors" : "") << "form " << form;
           check_cuda(lay, t, r, x, rng);
           out[form] = poisoned(lay.out_shape(), t);
@@ -393,9 +394,10 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
           EXPECT_EQ(with_half, half ? 1 : 0) << "form " << form;
         }
         EXPECT_TRUE(same_bits(host(out[1]), host(out[2]))) << "half vectors differ from full vectors";
+        EXPECT_TRUE(same_bits(host(out[1]), host(out[0]))) << "the rule's form differs from full vectors";
       }
     for (const char* r : {"sum", "max"})  // axis 1, batched metadata
-      for (const int form : {1, 2}) {
+      for (const int form : {1, 2, 0}) {
         caps.feat_half_vec = form;
         check_cuda(from_lengths({2, 37, 64}, 1, {{5, 32}, {0, 37}}), t, r, random_data(rng, 2 * 37 * 64, r, t), rng);
       }

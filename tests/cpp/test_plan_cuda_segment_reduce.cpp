@@ -158,41 +158,59 @@ TEST(PlanCudaSegmentReduce, FlatFullTileForm) {
 
 // Session 29: features per lane of a feature call (feat_vec_rule): 16-byte vectors
 // where inner is a multiple of them and the data aligned, else 1; the 16-bit
-// forwards take 8-byte half vectors under feat_half_vec = 2 (inner a multiple of 4,
-// Plan::variant "half_vectors"), the backwards never; the rule (0) and 1 keep full vectors.
+// forwards take 8-byte half vectors (Plan::variant "half_vectors") by the rule where
+// inner is a multiple of 4 and >= kHalfVecMinInner (16), wherever inner is a multiple
+// of 4 under feat_half_vec = 2, never under 1; the backwards never. Half-vector
+// forwards of rows >= 256 bytes take kHalfVecWideItems (256) while the launch keeps
+// kFeatMinThreads.
 TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
   const int64_t R = int64_t(1) << 20;
+  auto prob = [&](DType t, int64_t inner, Direction d, Reduce r, int64_t rows = 0) {
+    if (rows == 0) rows = R;
+    return cuda_problem(d, 1, rows, inner, rows / 16, t, r);
+  };
   auto geo = [&](DType t, int64_t inner, Direction d = Direction::Fwd, Reduce r = Reduce::Sum, bool aligned = true) {
-    return detail::segment_geometry(cuda_problem(d, 1, R, inner, R / 16, t, r), aligned);
+    return detail::segment_geometry(prob(t, inner, d, r), aligned);
   };
   auto& caps = detail::segment_test_caps();
   for (const int cap : {0, 1, 2}) {
     SCOPED_TRACE(::testing::Message() << "feat_half_vec " << cap);
     caps.feat_half_vec = cap;
-    const bool half = cap == 2;
+    const bool wide = cap != 1, narrow = cap == 2;  // half vectors at inner >= 16 / below 16
     for (DType t : {DType::BFloat16, DType::Float16}) {
-      EXPECT_EQ(geo(t, 128).vec, half ? 4 : 8);
-      EXPECT_EQ(geo(t, 128).group, half ? 32 : 16);
-      EXPECT_EQ(geo(t, 64).vec, half ? 4 : 8);
-      EXPECT_EQ(geo(t, 12).vec, half ? 4 : 1);
-      EXPECT_EQ(geo(t, 4).vec, half ? 4 : 1);
-      EXPECT_EQ(geo(t, 4).group, half ? 1 : 4);
+      EXPECT_EQ(geo(t, 128).vec, wide ? 4 : 8);
+      EXPECT_EQ(geo(t, 128).group, wide ? 32 : 16);
+      EXPECT_EQ(geo(t, 64).vec, wide ? 4 : 8);
+      EXPECT_EQ(geo(t, 16).vec, wide ? 4 : 8);
+      EXPECT_EQ(geo(t, 20).vec, wide ? 4 : 1);
+      EXPECT_EQ(geo(t, 12).vec, narrow ? 4 : 1);
+      EXPECT_EQ(geo(t, 8).vec, narrow ? 4 : 8);
+      EXPECT_EQ(geo(t, 4).vec, narrow ? 4 : 1);
+      EXPECT_EQ(geo(t, 4).group, narrow ? 1 : 4);
       EXPECT_EQ(geo(t, 6).vec, 1);
-      EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Max).vec, half ? 4 : 8);
+      EXPECT_EQ(geo(t, 18).vec, 1);
+      EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Max).vec, wide ? 4 : 8);
       EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Sum, false).vec, 1);  // misaligned data
       for (Reduce r : {Reduce::Sum, Reduce::Max}) {
         EXPECT_EQ(geo(t, 128, Direction::Bwd, r).vec, 8);  // backwards: full vectors
         EXPECT_EQ(geo(t, 12, Direction::Bwd, r).vec, 1);
       }
-      EXPECT_EQ(plan_segment_reduce(cuda_problem(Direction::Fwd, 1, R, 128, R / 16, t, Reduce::Sum)).variant,
-                half ? "half_vectors" : "");
-      EXPECT_EQ(plan_segment_reduce(cuda_problem(Direction::Bwd, 1, R, 128, R / 16, t, Reduce::Max)).variant, "");
+      // Items: 256 for the wide half-vector rows (2d_64kx16_f128: 139 k threads), the
+      // old rule's 128 with full vectors and where 256 would leave < 2^17 threads.
+      EXPECT_EQ(geo(t, 128).items, wide ? 256 : 128);
+      EXPECT_EQ(geo(t, 64).items, 88);  // 128-byte half-vector rows: the narrow rule's
+      // Half the rows: 256 items would leave 69.6 k threads; feat_items_rule then gives 128 at
+      // 32 half-vector lanes (139 k threads), 64 at 16 full-vector lanes.
+      EXPECT_EQ(detail::segment_geometry(prob(t, 128, Direction::Fwd, Reduce::Sum, R / 2)).items, wide ? 128 : 64);
+      EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Fwd, Reduce::Sum)).variant, wide ? "half_vectors" : "");
+      EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Fwd, Reduce::Sum)).chunk, wide ? 256 : 128);
+      EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Bwd, Reduce::Max)).variant, "");
     }
     EXPECT_EQ(geo(DType::Float32, 128).vec, 4);  // 4- and 8-byte types: full vectors whatever the cap
+    EXPECT_EQ(geo(DType::Float32, 128).items, 128);
     EXPECT_EQ(geo(DType::Float32, 6).vec, 1);
     EXPECT_EQ(geo(DType::Float64, 128).vec, 2);
-    EXPECT_EQ(plan_segment_reduce(cuda_problem(Direction::Fwd, 1, R, 128, R / 16, DType::Float32, Reduce::Sum)).variant,
-              "");
+    EXPECT_EQ(plan_segment_reduce(prob(DType::Float32, 128, Direction::Fwd, Reduce::Sum)).variant, "");
   }
   caps.feat_half_vec = 0;
 }
@@ -211,8 +229,9 @@ TEST(PlanCudaSegmentReduce, FeatureItemsPerWorker) {
   for (DType t : {DType::Float32, DType::BFloat16}) {
     SCOPED_TRACE(dtype_name(t));
     // 2d_64kx16_f128: D = 65538 + 2^20 = 1,114,114 -> 8705 workers of 128 items:
-    // fp32 32 lanes (278,560 threads), bf16 16 lanes of 8 (139,280).
-    EXPECT_EQ(chunk(M, 128, 65536, t), 128);
+    // fp32 32 lanes (278,560 threads); the bf16 forward (session 29) 32 half-vector
+    // lanes of 4 at 256 items (4353 workers, 139,296 threads), its backwards 16 lanes of 8.
+    EXPECT_EQ(chunk(M, 128, 65536, t), t == DType::BFloat16 ? 256 : 128);
     EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Max), 128);
     EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Min), 128);
     EXPECT_EQ(chunk(M, 128, 65536, t, Direction::Bwd, Reduce::Sum), 32);   // no records
@@ -367,8 +386,11 @@ TEST(PlanCudaSegmentReduce, GeometryVectorAndGroups) {
   EXPECT_EQ(g4.vec, 4);
   EXPECT_EQ(g4.group, 1);
   const auto h16 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 16, 3, DType::Float16));
-  EXPECT_EQ(h16.vec, 8);
-  EXPECT_EQ(h16.group, 2);
+  EXPECT_EQ(h16.vec, 4);  // the 16-bit forward's half vectors (session 29)
+  EXPECT_EQ(h16.group, 4);
+  const auto h16b = segment_geometry(cuda_problem(Direction::Bwd, 1, 100, 16, 3, DType::Float16, Reduce::Max));
+  EXPECT_EQ(h16b.vec, 8);
+  EXPECT_EQ(h16b.group, 2);
   const auto g3 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 3, 3));
   EXPECT_EQ(g3.vec, 1);
   EXPECT_EQ(g3.group, 4);
