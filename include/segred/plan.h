@@ -22,7 +22,7 @@ struct Plan {
   std::array<int64_t, 3> block{0, 0, 0};  // CUDA only
   int64_t chunk = 0;  // elements per work item (CPU: blocked-reduction width / task size)
   // A choice inside the path, where a path has one (segment_reduce's CUDA flat
-  // forward: "fused_fixup" or "fixup_tree"; its 16-bit feature forward in 8-byte
+  // forward: "fused_fixup" or "fixup_tree"; its feature forward in 8-byte
   // vectors: "half_vectors"; src/core/segment_geometry.h).
   std::string_view variant;
 

@@ -44,7 +44,7 @@ struct TraceRecord {
   std::array<int64_t, 3> block{0, 0, 0};  // CUDA launches only
   // The choice inside the path this launch made, where the path has one
   // (Plan::variant: segment_reduce's CUDA flat forward records "fused_fixup" or
-  // "fixup_tree" on its flat_reduce launch; its 16-bit feature forward "half_vectors"
+  // "fixup_tree" on its flat_reduce launch; its feature forward "half_vectors"
   // where it reads rows in 8-byte vectors); empty otherwise.
   std::string variant;
 };

@@ -113,9 +113,9 @@ struct SegmentTestCaps {
   // end whose segments average >= 4 positions, the walk elsewhere), 1 the walk
   // everywhere, 2 flat_fill_tile for every tile (gi 16-byte aligned). All give the same bits.
   std::atomic<int> flat_fill{0};
-  // The feature forward's vector width for 16-bit types (session 29; feat_vec_rule
-  // below): 0 the rule, 1 full 16-byte vectors (8 features a lane), 2 half vectors
-  // (8-byte loads, 4 features a lane) wherever inner allows them.
+  // The feature forward's vector width for 16-bit and float32 types (session 29;
+  // feat_vec_rule below): 0 the rule, 1 full 16-byte vectors, 2 half vectors (8-byte
+  // loads: 4 features a lane for 16-bit types, 2 for float32) wherever inner allows.
   std::atomic<int> feat_half_vec{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
@@ -263,13 +263,15 @@ inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t s
 // spread over 32 tiles). So the rule: half vectors for the 16-bit forwards whose
 // inner is a multiple of 4 and at least kHalfVecMinInner = 16 (4 lanes a row or
 // more; inner 8 and 12 were not timed and keep the old widths). float16 takes the
-// rule of bfloat16 (the same kernel but the conversion; not timed).
+// rule of bfloat16 (the same kernel but the conversion; not timed). float32 has the
+// form too (8-byte loads of 2 features, cap 2 only): the rule keeps its full vectors
+// until it is timed.
 constexpr int64_t kHalfVecMinInner = 16;
 inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, int cap) {
   if (!aligned || esize <= 0) return 1;
   const int v = 16 / esize;
-  const bool can_half = esize == 2 && dir == Direction::Fwd && inner % (v / 2) == 0;
-  if (can_half && (cap == 2 || (cap == 0 && inner >= kHalfVecMinInner))) return v / 2;
+  const bool can_half = (esize == 2 || esize == 4) && dir == Direction::Fwd && inner % (v / 2) == 0;
+  if (can_half && (cap == 2 || (cap == 0 && esize == 2 && inner >= kHalfVecMinInner))) return v / 2;
   return inner % v == 0 ? v : 1;
 }
 // Session 29: merge items of a half-vector forward whose row load is >= 256 bytes.
@@ -281,9 +283,10 @@ inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, 
 // blocks), else feat_items_rule's items. The wave fit follows as for every records call.
 constexpr int64_t kHalfVecWideItems = 256;
 
-// Whether a feature geometry reads 16-bit rows in half vectors (4 features a lane).
+// Whether a feature geometry reads its rows in half vectors (8-byte loads).
 inline bool is_half_vec(const SegmentGeometry& g, DType t) {
-  return !g.flat && !g.prod_bwd && dtype_size(t) == 2 && g.vec == 4;
+  const int es = dtype_size(t);
+  return !g.flat && !g.prod_bwd && (es == 2 || es == 4) && g.vec == 8 / es;
 }
 
 // The calls that have the choice: the inner == 1 forward (flat_reduce).

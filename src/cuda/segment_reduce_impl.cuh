@@ -220,16 +220,19 @@ auto flat_reduce_kernel(FlatForm f) {
   }
 }
 
-// Features a lane of the 16-bit forward's half vectors (8-byte loads; feat_vec_rule).
+// Features a lane of the forward's half vectors (8-byte loads; feat_vec_rule):
+// 16-bit and float32 types.
+template <class Raw>
+constexpr bool kHasHalfVec = sizeof(Raw) == 2 || sizeof(Raw) == 4;
 template <class Raw>
 constexpr int kHalfVec = int(8 / sizeof(Raw));
 // The feat_reduce instantiation of a vector width (SegmentGeometry::vec): full
-// 16-byte vectors, one feature a lane, and for 16-bit types half vectors.
+// 16-byte vectors, one feature a lane, and for 16-bit and float32 types half vectors.
 template <class Fn, class Idx>
 auto feat_reduce_kernel(int vec) {
   using Raw = typename Fn::Raw;
   constexpr int VEC = int(16 / sizeof(Raw));
-  if constexpr (sizeof(Raw) == 2) {
+  if constexpr (kHasHalfVec<Raw>) {
     if (vec == kHalfVec<Raw>) return feat_reduce<Fn, Idx, kHalfVec<Raw>>;
   }
   return vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;
@@ -272,8 +275,8 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     launch_main(c, k, grid, block, 0, fn, x, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
                 carry, head);
     check_launch("feat_reduce");
-    // 16-bit half vectors (feat_vec_rule) name themselves in the trace: the tests assert the form ran.
-    record(c.path, grid, block, sizeof(Raw) == 2 && g.vec == kHalfVec<Raw> ? "half_vectors" : "");
+    // Half vectors (feat_vec_rule) name themselves in the trace: the tests assert the form ran.
+    record(c.path, grid, block, kHasHalfVec<Raw> && g.vec == kHalfVec<Raw> ? "half_vectors" : "");
   }
   // Fix-up of tile-crossing segments: FX lanes per tile.
   int FX = 1;

@@ -328,13 +328,13 @@ TEST_P(CudaSegmentReduce, FeatureTilesOfEveryItemCount) {
   caps.feat_items = 0;
 }
 
-// Session 29: the 16-bit feature forward in half vectors (8-byte loads, 4 features a
-// lane). Three forms (SegmentTestCaps::feat_half_vec): full vectors (1), half vectors
-// wherever inner allows (2), the rule (0: half vectors from inner 16). Widths: half
-// vectors by the rule (128, 16), only when forced (12, 4), full vectors (8), neither
-// (6); every forward reduce; axis 1 with batched metadata. Each form against the
-// reference and the CPU (check_cuda), 16-bit dtypes (the others have no such form:
-// the plan's variant is checked). At the same merge items the forms combine every
+// Session 29: the feature forward in half vectors (8-byte loads: 4 features a lane for
+// 16-bit types, 2 for float32). Three forms (SegmentTestCaps::feat_half_vec): full
+// vectors (1), half vectors wherever inner allows (2), the rule (0: 16-bit types from
+// inner 16, float32 never). 16-bit widths: half vectors by the rule (128, 16), only
+// when forced (12, 4), full vectors (8), neither (6); every forward reduce; axis 1
+// with batched metadata. Each form against the reference and the CPU (check_cuda);
+// float64 has no such form (the plan's variant is checked). At the same merge items the forms combine every
 // feature's rows in the same order (a lane's features change, not a feature's rows),
 // so their outputs must be the same bits. The trace names the half-vector form
 // exactly where the plan says so (plan.variant).
@@ -346,7 +346,8 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
   std::mt19937_64 rng(seed);
   const DType t = GetParam();
   auto& caps = detail::segment_test_caps();
-  if (dtype_size(t) != 2) {  // 4- and 8-byte types: no half vectors (the plan test covers their widths)
+  const int es = dtype_size(t);
+  if (es == 8) {  // float64: no half vectors (the plan test covers its widths)
     caps.feat_half_vec = 2;
     SegmentProblem prob;
     prob.backend = Backend::CUDA;
@@ -382,7 +383,8 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
         Tensor out[3];
         for (const int form : {1, 2, 0}) {  // full, half wherever inner allows, the rule (inner >= 16)
           caps.feat_half_vec = form;
-          const bool half = inner % 4 == 0 && (form == 2 || (form == 0 && inner >= detail::kHalfVecMinInner));
+          const bool half = inner % (8 / es) == 0 &&
+                            (form == 2 || (form == 0 && es == 2 && inner >= detail::kHalfVecMinInner));
           EXPECT_EQ(plan_segment_reduce(prob).variant, half ? "half_vectors" : "") << "form " << form;
           check_cuda(lay, t, r, x, rng);
           out[form] = poisoned(lay.out_shape(), t);

@@ -206,11 +206,18 @@ TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
       EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Fwd, Reduce::Sum)).chunk, wide ? 256 : 128);
       EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Bwd, Reduce::Max)).variant, "");
     }
-    EXPECT_EQ(geo(DType::Float32, 128).vec, 4);  // 4- and 8-byte types: full vectors whatever the cap
+    // float32: half vectors (2 features a lane) only when forced; float64 never.
+    EXPECT_EQ(geo(DType::Float32, 128).vec, narrow ? 2 : 4);
+    EXPECT_EQ(geo(DType::Float32, 128).slabs, narrow ? 2 : 1);
     EXPECT_EQ(geo(DType::Float32, 128).items, 128);
-    EXPECT_EQ(geo(DType::Float32, 6).vec, 1);
+    EXPECT_EQ(geo(DType::Float32, 16).vec, narrow ? 2 : 4);
+    EXPECT_EQ(geo(DType::Float32, 6).vec, narrow ? 2 : 1);
+    EXPECT_EQ(geo(DType::Float32, 5).vec, 1);
+    EXPECT_EQ(geo(DType::Float32, 128, Direction::Bwd, Reduce::Max).vec, 4);
     EXPECT_EQ(geo(DType::Float64, 128).vec, 2);
-    EXPECT_EQ(plan_segment_reduce(prob(DType::Float32, 128, Direction::Fwd, Reduce::Sum)).variant, "");
+    EXPECT_EQ(plan_segment_reduce(prob(DType::Float32, 128, Direction::Fwd, Reduce::Sum)).variant,
+              narrow ? "half_vectors" : "");
+    EXPECT_EQ(plan_segment_reduce(prob(DType::Float64, 128, Direction::Fwd, Reduce::Sum)).variant, "");
   }
   caps.feat_half_vec = 0;
 }
