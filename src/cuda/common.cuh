@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -227,5 +228,50 @@ class Scratch {
   cudaMemPool_t pool_;
   std::vector<void*> ptrs_;
 };
+
+// L2 eviction priorities (session 21, the softmax stage_y backward; session 22, the
+// streamed last-dim rows; session 29, the feature max/min backward's write loop): a
+// policy for every access of an instruction (createpolicy.fractional, fraction 1), and
+// vector loads and stores of 8 or 16 bytes that carry one (.L2::cache_hint).
+__device__ __forceinline__ uint64_t l2_evict_last() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_evict_first() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+// One vector V of 8 or 16 bytes loaded / stored with a policy.
+template <class VT>
+__device__ __forceinline__ VT ld_hint(const VT* p, uint64_t pol) {
+  static_assert(sizeof(VT) == 16 || sizeof(VT) == 8, "8- or 16-byte vectors");
+  uint32_t w[sizeof(VT) / 4];
+  if constexpr (sizeof(VT) == 16) {
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+                 : "l"(p), "l"(pol));
+  } else {
+    asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n" : "=r"(w[0]), "=r"(w[1]) : "l"(p), "l"(pol));
+  }
+  VT v;
+  memcpy(&v, w, sizeof(VT));
+  return v;
+}
+template <class VT>
+__device__ __forceinline__ void st_hint(VT* p, const VT& v, uint64_t pol) {
+  static_assert(sizeof(VT) == 16 || sizeof(VT) == 8, "8- or 16-byte vectors");
+  uint32_t w[sizeof(VT) / 4];
+  memcpy(w, &v, sizeof(VT));
+  if constexpr (sizeof(VT) == 16) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(p), "r"(w[0]), "r"(w[1]),
+                 "r"(w[2]), "r"(w[3]), "l"(pol)
+                 : "memory");
+  } else {
+    asm volatile("st.global.L2::cache_hint.v2.u32 [%0], {%1, %2}, %3;\n" ::"l"(p), "r"(w[0]), "r"(w[1]), "l"(pol)
+                 : "memory");
+  }
+}
 
 }  // namespace segred::cuda

@@ -373,6 +373,32 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   const bool split = bf.tie == 0;
   const Raw* p = x + l.f0;
   Raw* po = gi + l.f0;
+  // Session 29: the write loop's re-read of a row (its last use) and its gi store
+  // (never read here again) are marked L2 evict_first, where a row load is a 16-byte
+  // vector, so that the streams of gi written and x re-read do not push out the rows
+  // whose statistic is still being taken (ncu, H100: the kernel moved ~1.45x the data's
+  // bytes from DRAM; bench/NOTES.md, session 29). The same values: cache policy only.
+  // H100 (run 5): the hinted rows 0.92-1.00x, but 2d_x16_f4 fp32 (one lane reads a whole
+  // row, G = 1) 1.03x; bench/patches/session29-maxbwd-hints-g1.patch leaves G = 1 rows
+  // plain (not run on a GPU).
+  constexpr bool kHints = sizeof(Vec<Raw, V>) == 16;
+  const uint64_t first = kHints ? l2_evict_first() : 0;
+  auto reread_row = [](const Raw* a, uint64_t pol) {
+    if constexpr (kHints) {
+      return ld_hint(reinterpret_cast<const Vec<Raw, V>*>(a), pol);
+    } else {
+      (void)pol;
+      return load_vec<Raw, V>(a);
+    }
+  };
+  auto write_row = [](Raw* a, const Vec<Raw, V>& o, uint64_t pol) {
+    if constexpr (kHints) {
+      st_hint(reinterpret_cast<Vec<Raw, V>*>(a), o, pol);
+    } else {
+      (void)pol;
+      *reinterpret_cast<Vec<Raw, V>*>(a) = o;
+    }
+  };
   Idx j = j0;
   for (Idx i = i0;; ++i) {
     const Idx e = i < i1 ? q[i + 1] : j1;
@@ -418,21 +444,21 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
     for (; jj + UW <= e; jj += UW) {
       Vec<Raw, V> r[UW];
 #pragma unroll
-      for (int u = 0; u < UW; ++u) r[u] = load_vec<Raw, V>(p + (jj + u) * inner);
+      for (int u = 0; u < UW; ++u) r[u] = reread_row(p + (jj + u) * inner, first);
 #pragma unroll
       for (int u = 0; u < UW; ++u) {
         Vec<Raw, V> o;
 #pragma unroll
         for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj + u, r[u].v[v]);
-        *reinterpret_cast<Vec<Raw, V>*>(po + (jj + u) * inner) = o;
+        write_row(po + (jj + u) * inner, o, first);
       }
     }
     for (; jj < e; ++jj) {
-      const Vec<Raw, V> r = load_vec<Raw, V>(p + jj * inner);
+      const Vec<Raw, V> r = reread_row(p + jj * inner, first);
       Vec<Raw, V> o;
 #pragma unroll
       for (int v = 0; v < V; ++v) o.v[v] = out_elem(bf, b[v], split, jj, r.v[v]);
-      *reinterpret_cast<Vec<Raw, V>*>(po + jj * inner) = o;
+      write_row(po + jj * inner, o, first);
     }
     if (i == i1) break;
   }
