@@ -92,7 +92,8 @@ template <class T, class Idx> void run_fwd(const FwdArgs& a);  // T: host storag
 template <class T, class Idx> void run_bwd(const BwdArgs& a);
 // Resident blocks of detail::kBlock threads per SM of the feature kernel a call with
 // records runs (feat_reduce of the forward's reduce; feat_maxmin_bwd), `vec`: the vector
-// instantiation (the forward: SegmentGeometry::vec; the backward: full vectors or not). SegmentProblem::feat_blocks_per_sm, the wave fit's input (session 26,
+// instantiation (the forward: SegmentGeometry::vec; the backward: full vectors or not).
+// SegmentProblem::feat_blocks_per_sm, the wave fit's input (session 26,
 // src/core/segment_geometry.h). 0 when the query fails. Instantiated with run_fwd / run_bwd.
 template <class T, class Idx> int feat_fwd_blocks_per_sm(Reduce reduce, int vec);
 template <class T, class Idx> int feat_bwd_blocks_per_sm(bool vec);
