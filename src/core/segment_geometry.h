@@ -187,8 +187,21 @@ inline bool fused_fixup_rule(int64_t segs, int64_t workers, int esize) {
 constexpr int64_t kFeatMinThreads = int64_t(1) << 17;
 constexpr int64_t kFeatNarrowItems = 88;
 constexpr int64_t kFeatNarrowMinThreads = int64_t(1) << 14;
+// Session 29: merge items of a half-vector forward whose row load is >= 256 bytes.
+// The same run's items sweep (half vectors forced, bf16 sum forwards, B / 128 items):
+// 2d_64kx16_f128 88 0.973, 176 0.920, 256 0.915; 2d_exp40_f128 0.958 / 0.942 / 0.919;
+// the narrow 2d_x16_f64 (128-byte rows, 88 items by the narrow rule) 1.033 at 176,
+// 1.144 at 256. So these wide rows take kHalfVecWideItems while the launch keeps
+// kFeatMinThreads (2d_64kx16_f128: 4353 workers x 32 lanes = 139 k threads, 545
+// blocks), else the rules below. The wave fit follows as for every records call. Only
+// the half-vector forwards have 16-bit rows at V = 4 (feat_vec_rule below), so V and
+// esize name them here.
+constexpr int64_t kHalfVecWideItems = 256;
 inline int64_t feat_items_rule(int64_t D, int64_t slabs, int G, int V, int esize, bool records) {
   if (!records) return kFeatItems;
+  if (esize == 2 && V == 4 && int64_t(G) * V * esize >= 256 &&
+      ceil_div(D, kHalfVecWideItems) * slabs * G >= kFeatMinThreads)
+    return kHalfVecWideItems;
   if (int64_t(G) * V * esize < 256)
     return ceil_div(D, kFeatNarrowItems) * slabs * G >= kFeatNarrowMinThreads ? kFeatNarrowItems : kFeatItems;
   for (const int64_t items : {int64_t(4) * kFeatItems, int64_t(2) * kFeatItems})
@@ -274,19 +287,11 @@ inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, 
   if (can_half && (cap == 2 || (cap == 0 && esize == 2 && inner >= kHalfVecMinInner))) return v / 2;
   return inner % v == 0 ? v : 1;
 }
-// Session 29: merge items of a half-vector forward whose row load is >= 256 bytes.
-// The same run's items sweep (half vectors forced, bf16 sum forwards, B / 128 items):
-// 2d_64kx16_f128 88 0.973, 176 0.920, 256 0.915; 2d_exp40_f128 0.958 / 0.942 / 0.919;
-// the narrow 2d_x16_f64 (128-byte rows, 88 items by the narrow rule) 1.033 at 176,
-// 1.144 at 256. So these wide rows take kHalfVecWideItems while the launch keeps
-// kFeatMinThreads (2d_64kx16_f128: 4353 workers x 32 lanes = 139 k threads, 545
-// blocks), else feat_items_rule's items. The wave fit follows as for every records call.
-constexpr int64_t kHalfVecWideItems = 256;
 
-// Whether a feature geometry reads its rows in half vectors (8-byte loads).
-inline bool is_half_vec(const SegmentGeometry& g, DType t) {
-  const int es = dtype_size(t);
-  return !g.flat && !g.prod_bwd && (es == 2 || es == 4) && g.vec == 8 / es;
+// Plan::variant of a feature geometry, and what its feat_reduce launch records:
+// "half_vectors" where it reads rows in 8-byte vectors (feat_vec_rule), else "".
+inline const char* feat_vec_variant(const SegmentGeometry& g, int esize) {
+  return !g.flat && !g.prod_bwd && (esize == 2 || esize == 4) && g.vec == 8 / esize ? "half_vectors" : "";
 }
 
 // The calls that have the choice: the inner == 1 forward (flat_reduce).
@@ -331,9 +336,6 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     const bool records = p.direction == Direction::Fwd || p.reduce == Reduce::Max || p.reduce == Reduce::Min;
     const int force = segment_test_caps().feat_items.load();
     g.items = force > 0 ? force : feat_items_rule(D, g.slabs, G, g.vec, esize, records);
-    if (force <= 0 && esize == 2 && g.vec == 4 && int64_t(G) * g.vec * esize >= 256 &&
-        ceil_div(D, kHalfVecWideItems) * g.slabs * G >= kFeatMinThreads)
-      g.items = kHalfVecWideItems;  // half-vector forwards of wide rows (session 29)
     if (force <= 0 && records)
       g.items = feat_wave_items(g.items, D, g.slabs, G, kBlock,
                                 int64_t(std::max(p.sm_count, 0)) * std::max(p.feat_blocks_per_sm, 0));

@@ -63,7 +63,7 @@ Plan plan_segment_reduce(const SegmentProblem& p) {
     plan.block = {g.block, 1, 1};
     plan.chunk = g.items;
     if (detail::has_fixup_variant(g, p.direction)) plan.variant = g.fused_fixup ? "fused_fixup" : "fixup_tree";
-    if (detail::is_half_vec(g, p.dtype)) plan.variant = "half_vectors";  // feat_vec_rule: feature forwards in 8-byte loads
+    if (const char* v = detail::feat_vec_variant(g, dtype_size(p.dtype)); *v) plan.variant = v;
     return plan;
   }
   if (p.direction == Direction::Fwd)

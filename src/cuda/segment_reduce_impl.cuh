@@ -276,8 +276,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     launch_main(c, k, grid, block, 0, fn, x, q, W, Idx(g.slabs), g.group, inner, tile_i, tile_j,
                 carry, head);
     check_launch("feat_reduce");
-    // Half vectors (feat_vec_rule) name themselves in the trace: the tests assert the form ran.
-    record(c.path, grid, block, kHasHalfVec<Raw> && g.vec == kHalfVec<Raw> ? "half_vectors" : "");
+    record(c.path, grid, block, detail::feat_vec_variant(g, int(sizeof(Raw))));  // the plan's variant
   }
   // Fix-up of tile-crossing segments: FX lanes per tile.
   int FX = 1;

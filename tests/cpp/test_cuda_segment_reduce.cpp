@@ -334,9 +334,9 @@ TEST_P(CudaSegmentReduce, FeatureTilesOfEveryItemCount) {
 // inner 16, float32 never). 16-bit widths: half vectors by the rule (128, 16), only
 // when forced (12, 4), full vectors (8), neither (6); every forward reduce; axis 1
 // with batched metadata. Each form against the reference and the CPU (check_cuda);
-// float64 has no such form (the plan's variant is checked). At the same merge items the forms combine every
-// feature's rows in the same order (a lane's features change, not a feature's rows),
-// so their outputs must be the same bits. The trace names the half-vector form
+// float64 has no such form (the plan's variant is checked). At the same merge items
+// the forms combine every feature's rows in the same order (a lane's features change,
+// not a feature's rows), so their outputs must be the same bits. The trace names the half-vector form
 // exactly where the plan says so (plan.variant).
 TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
   SEGRED_NEED_GPU();
