@@ -210,10 +210,14 @@ struct StatsFn {
     const bool r = map.real(v, o);
     return {r ? F(ld(y[o * inner + f])) : F(0), r};
   }
-  __device__ __forceinline__ A value(const Ctx& c, Idx j, T raw) const {
-    if (!c.real || !ops::is_extremum(F(ld(raw)), c.y)) return identity();
+  // Whether position j of raw value `raw` is tied to the segment's output (the tie
+  // predicate of SEMANTICS.md), and its value for the statistic given that.
+  __device__ __forceinline__ bool tied(const Ctx& c, T raw) const { return c.real && ops::is_extremum(F(ld(raw)), c.y); }
+  __device__ __forceinline__ A of_tie(bool t, Idx j) const {
+    if (!t) return identity();
     return tie == 0 ? A(1) : j;
   }
+  __device__ __forceinline__ A value(const Ctx& c, Idx j, T raw) const { return of_tie(tied(c, raw), j); }
   __device__ __forceinline__ void finish(Idx v, Idx f, A acc) const {
     Idx o;
     if (map.real(v, o)) stats[o * inner + f] = acc;
@@ -260,13 +264,20 @@ struct BwdFn {
       if (kind != 2) {
         v = c.g;
       } else if (ops::is_extremum(A(ld(raw)), c.y)) {
-        if (tie == 0)
-          v = c.g / A(c.stat);
-        else
-          v = j == c.stat ? c.g : A(0);
+        v = tied_value(c, j);
       }
     }
     return st<T>(v);
+  }
+  // max/min: the gradient of a tied position j of a real segment (elem's, once the
+  // tie predicate has held). split: g / k; first/last: g at the one position.
+  __device__ __forceinline__ A tied_value(const Ctx& c, Idx j) const {
+    if (tie == 0) return c.g / A(c.stat);
+    return j == c.stat ? c.g : A(0);
+  }
+  // elem of a position whose tie predicate is known (`t`: StatsFn::tied), kind 2.
+  __device__ __forceinline__ T elem_of_tie(const Ctx& c, Idx j, bool t) const {
+    return st<T>(c.real && t ? tied_value(c, j) : A(0));
   }
 };
 

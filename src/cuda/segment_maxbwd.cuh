@@ -5,8 +5,8 @@
 // "first"/"last"), then the elementwise pass read x again: 3N element bytes.
 // Now (run_bwd, src/cuda/segment_reduce_impl.cuh):
 //   flat_maxmin_bwd / feat_maxmin_bwd  one kernel per tile: the tile's staged (flat)
-//       or just-loaded (features: the segment's rows are loaded twice by the same
-//       lane, the second time from L1/L2) values give every segment's statistic
+//       or just-loaded (features: a lane keeps the tie bits of a segment's first
+//       32 or 64 rows, and loads only the rows past them a second time) values give every segment's statistic
 //       within the tile (StatsFn's value/combine, the exact integer combine), and
 //       the tile writes gi with it (BwdFn::elem with that statistic: the same
 //       expression as before, so a segment that lies wholly inside the tile gets
@@ -68,8 +68,11 @@ struct MaxminOut {
   A y;
   T tied;
   Idx at;
-  __device__ __forceinline__ T elem(bool split, Idx j, T raw) const {
-    return ops::is_extremum(A(ld(raw)), y) && (split || j == at) ? tied : st<T>(A(0));
+  __device__ __forceinline__ T elem(bool split, Idx j, T raw) const { return of_tie(split, j, ops::is_extremum(A(ld(raw)), y)); }
+  // elem of a position whose tie predicate is known (t: StatsFn::tied, which also
+  // holds only for a real segment, whose `tied` is then its own).
+  __device__ __forceinline__ T of_tie(bool split, Idx j, bool t) const {
+    return t && (split || j == at) ? tied : st<T>(A(0));
   }
 };
 
@@ -116,14 +119,21 @@ __device__ __forceinline__ FeatOut<T, Idx> feat_out(const BwdFn<T, Idx>& bf, Idx
     return maxmin_ctx(bf, v, f, stat);
   }
 }
+// The write's value of position j from its tie predicate t (StatsFn::tied: the tie
+// bits of the feature kernel's window) or from its raw value (out_elem: the rows
+// re-read past the window): elem's value in either form, so the same bits.
 template <class T, class Idx>
-__device__ __forceinline__ T out_elem(const BwdFn<T, Idx>&, const MaxminOut<T, Idx>& m, bool split, Idx j, T raw) {
-  return m.elem(split, j, raw);
+__device__ __forceinline__ T out_of_tie(const BwdFn<T, Idx>&, const MaxminOut<T, Idx>& m, bool split, Idx j, bool t) {
+  return m.of_tie(split, j, t);
 }
 template <class T, class Idx>
-__device__ __forceinline__ T out_elem(const BwdFn<T, Idx>& bf, const typename BwdFn<T, Idx>::Ctx& c, bool, Idx j,
-                                      T raw) {
-  return bf.elem(c, j, raw);
+__device__ __forceinline__ T out_of_tie(const BwdFn<T, Idx>& bf, const typename BwdFn<T, Idx>::Ctx& c, bool, Idx j,
+                                        bool t) {
+  return bf.elem_of_tie(c, j, t);
+}
+template <class T, class Idx, class O>
+__device__ __forceinline__ T out_elem(const BwdFn<T, Idx>& bf, const O& o, bool split, Idx j, T raw) {
+  return out_of_tie(bf, o, split, j, ops::is_extremum(dacc_t<T>(ld(raw)), o.y));
 }
 
 // Whether the carry of a tile whose open segment is t must be kept for the
@@ -354,8 +364,10 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
 }
 
 // inner > 1: feat_elementwise's walk; per segment of the tile, the rows are
-// loaded once for the statistic (StatsFn, feat_reduce's order) and once more
-// (the same lane, right after: L1/L2) for the write. Records as feat_reduce's.
+// loaded once for the statistic (StatsFn, feat_reduce's order), leaving tie bits for
+// its first kMaskRows rows; the write gives those rows their gradient from the bits
+// and loads the rows past them again (the same lane, right after: L1/L2 at best).
+// Records as feat_reduce's.
 template <class T, class Idx, int V>
 __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx slabs,
@@ -399,18 +411,52 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       *reinterpret_cast<Vec<Raw, V>*>(a) = o;
     }
   };
+  // Session 30, tie masks: the statistic's pass keeps one bit per (row, feature) of a
+  // segment's first kMaskRows rows in the tile, the tie predicate (StatsFn::tied), and the
+  // write pass gives those rows their gradient from the bit (out_of_tie: elem's value for
+  // that predicate) without reading x again; rows past the window are re-read as before.
+  // Before, every row was read twice, and ncu (H100, session 29) counted ~1.9x x's bytes
+  // from DRAM: between a row's two reads every resident lane streams its own segment,
+  // more than L2 holds. The same predicate and expressions: the same bits.
+  using M = std::conditional_t<(V <= 4), uint64_t, uint32_t>;  // V = 8 (16-bit): 8 registers of masks
+  constexpr int kMaskRows = int(sizeof(M)) * 8;
   Idx j = j0;
   for (Idx i = i0;; ++i) {
     const Idx e = i < i1 ? q[i + 1] : j1;
     const Idx jb = j;
+    const Idx jm = e - jb < Idx(kMaskRows) ? e : jb + Idx(kMaskRows);  // rows [jb, jm) keep a tie bit
     typename StatsFn<T, Idx>::Ctx c[V];
     S acc[V];
+    M mk[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       c[v] = sf.ctx(i, l.f0 + v);
       acc[v] = sf.identity();
+      mk[v] = 0;
     }
     constexpr int UR = V >= 8 ? 4 : 8;  // row loads in flight per lane (fewer for V = 8: registers)
+    for (; j + UR <= jm; j += UR) {
+      Vec<Raw, V> r[UR];
+#pragma unroll
+      for (int u = 0; u < UR; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
+#pragma unroll
+      for (int u = 0; u < UR; ++u)
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const bool t = sf.tied(c[v], r[u].v[v]);
+          acc[v] = sf.combine(acc[v], sf.of_tie(t, j + u));
+          mk[v] |= M(t) << int(j + u - jb);
+        }
+    }
+    for (; j < jm; ++j) {
+      const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const bool t = sf.tied(c[v], r.v[v]);
+        acc[v] = sf.combine(acc[v], sf.of_tie(t, j));
+        mk[v] |= M(t) << int(j - jb);
+      }
+    }
     for (; j + UR <= e; j += UR) {
       Vec<Raw, V> r[UR];
 #pragma unroll
@@ -439,7 +485,16 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
     FeatOut<T, Idx> b[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) b[v] = feat_out<T, Idx>(bf, i, l.f0 + v, acc[v]);
+    // The window's rows: stores only.
     Idx jj = jb;
+#pragma unroll 4
+    for (; jj < jm; ++jj) {
+      Vec<Raw, V> o;
+#pragma unroll
+      for (int v = 0; v < V; ++v) o.v[v] = out_of_tie(bf, b[v], split, jj, bool((mk[v] >> int(jj - jb)) & M(1)));
+      write_row(po + jj * inner, o, first);
+    }
+    // Rows past the window: re-read (the last use of the row).
     constexpr int UW = V >= 8 ? 2 : 4;  // V = 8 (16-bit): 80 registers (3 blocks per SM) instead of 103 (2)
     for (; jj + UW <= e; jj += UW) {
       Vec<Raw, V> r[UW];

@@ -258,7 +258,12 @@ TEST(CudaSegmentReduceMaxBwd, RepairVectorAndScalarReadsAgree) {
 
 // Low-cardinality random data (values in {0, 1, 2}, some NaN, both zeros): ties
 // everywhere, at every offset from the tile and lane edges; lengths around the
-// tile sizes and batched rows (outer > 1).
+// tile sizes and batched rows (outer > 1). Session 30: the feature kernel keeps tie
+// bits for a segment's first 32 (16-bit types, 8 features a lane) or 64 rows of a
+// tile and re-reads the rows past them; the feature layouts also run at 100 and 256
+// merge items (SegmentTestCaps::feat_items), so that a lane's part of a segment is
+// shorter than, equal to and longer than each window (at the rule's 32 items every
+// part fits), first/last/split positions fall on both sides of it.
 TEST(CudaSegmentReduceMaxBwd, RandomTiesEverywhere) {
   SEGRED_NEED_GPU();
   std::mt19937_64 rng(93);
@@ -280,7 +285,13 @@ TEST(CudaSegmentReduceMaxBwd, RandomTiesEverywhere) {
           e = k == 0 ? kNaN : k == 1 ? -0.0 : k == 2 ? 0.0 : double(k % 3);
         }
         const Layout lay = inner == 1 ? from_lengths({outer, L}, 1, rows) : from_lengths({outer, L, inner}, 1, rows);
-        for (const char* r : {"max", "min", "amax", "amin"}) check_maxbwd(lay, t, r, x, rng);
+        for (const int items : {0, 100, 256}) {
+          if (inner == 1 && items) continue;
+          SCOPED_TRACE(::testing::Message() << "feat_items=" << items);
+          detail::segment_test_caps().feat_items = items;
+          for (const char* r : {"max", "min", "amax", "amin"}) check_maxbwd(lay, t, r, x, rng);
+          detail::segment_test_caps().feat_items = 0;
+        }
       }
 }
 
@@ -372,6 +383,47 @@ TEST(CudaSegmentReduceMaxBwd, RepairListLongSparseTies) {
                  reached);
       }
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.flat.i32"));
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
+}
+
+// Session 30, the feature kernel's tie-bit window (32 rows for 16-bit types at 8
+// features a lane, 64 otherwise; rows past it are re-read): segments of 31-33, 63-65
+// and 300-700 rows whose only extremum (or a pair of tied ones) sits at rows 0, 31,
+// 32, 33, 63, 64, 65 and 200 from the segment's start, so that the one position
+// first/last write, and split's tied positions, lie inside, at and past the window
+// edge; at the rule's items and at 100 and 256 items (a tile's part of a segment,
+// which is what the window counts from, then starts mid-segment too); float64 (two
+// features a lane) and float16 beside float32 and bfloat16.
+TEST(CudaSegmentReduceMaxBwd, TieBitWindowEdges) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(98);
+  std::set<std::string> reached;
+  const std::vector<int64_t> lens{31, 32, 33, 63, 64, 65, 300, 1, 0, 700, 66};
+  std::vector<int64_t> start;
+  int64_t L = 0;
+  for (int64_t n : lens) {
+    start.push_back(L);
+    L += n;
+  }
+  for (const std::vector<int64_t> at : {std::vector<int64_t>{0}, {31}, {32}, {33}, {63}, {64}, {65}, {200},
+                                        {31, 32}, {0, 64}, {33, 65}}) {
+    std::vector<char> peak(size_t(L), 0);
+    for (size_t s = 0; s < lens.size(); ++s)
+      for (int64_t k : at)
+        if (k < lens[s]) peak[size_t(start[s] + k)] = 1;
+    for (const int items : {0, 100, 256}) {
+      SCOPED_TRACE(::testing::Message() << "feat_items=" << items << " peaks at " << at[0]);
+      detail::segment_test_caps().feat_items = items;
+      for (DType t : {DType::Float32, DType::BFloat16, DType::Float64, DType::Float16})
+        for (int64_t inner : {8, 16}) {
+          if (t == DType::Float64 && inner == 8) continue;
+          run_lens(t, inner, DType::Int32, lens,
+                   [&](int64_t j, bool mx) { return peak[size_t(j)] ? (mx ? 9.0 : -9.0) : double(j % 7) / 8.0; }, rng,
+                   reached);
+        }
+      detail::segment_test_caps().feat_items = 0;
+    }
+  }
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
 }
 
