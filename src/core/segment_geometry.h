@@ -280,15 +280,19 @@ inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t s
 // form too (8-byte loads of 2 features, cap 2 only): the rule keeps its full vectors
 // until it is timed.
 constexpr int64_t kHalfVecMinInner = 16;
-inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, int cap) {
+// Session 30: the max/min backward (feat_maxmin_bwd, `maxmin_bwd`) has the half-vector
+// form too, taken only when forced (cap 2) until it is timed.
+inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, int cap, bool maxmin_bwd = false) {
   if (!aligned || esize <= 0) return 1;
   const int v = 16 / esize;
-  const bool can_half = (esize == 2 || esize == 4) && dir == Direction::Fwd && inner % (v / 2) == 0;
-  if (can_half && (cap == 2 || (cap == 0 && esize == 2 && inner >= kHalfVecMinInner))) return v / 2;
+  const bool fwd = dir == Direction::Fwd;
+  const bool can_half = (esize == 2 || esize == 4) && (fwd || maxmin_bwd) && inner % (v / 2) == 0;
+  if (can_half && (cap == 2 || (cap == 0 && fwd && esize == 2 && inner >= kHalfVecMinInner))) return v / 2;
   return inner % v == 0 ? v : 1;
 }
 
-// Plan::variant of a feature geometry, and what its feat_reduce launch records:
+// Plan::variant of a feature geometry, and what its feat_reduce (and feat_maxmin_bwd)
+// launch records:
 // "half_vectors" where it reads rows in 8-byte vectors (feat_vec_rule), else "".
 inline const char* feat_vec_variant(const SegmentGeometry& g, int esize) {
   return !g.flat && !g.prod_bwd && (esize == 2 || esize == 4) && g.vec == 8 / esize ? "half_vectors" : "";
@@ -327,7 +331,8 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     g.workers = ceil_div(D, g.items);
     threads = g.workers * 32;
   } else {
-    g.vec = feat_vec_rule(esize, p.direction, inner, aligned, segment_test_caps().feat_half_vec.load());
+    const bool maxmin_bwd = p.direction == Direction::Bwd && (p.reduce == Reduce::Max || p.reduce == Reduce::Min);
+    g.vec = feat_vec_rule(esize, p.direction, inner, aligned, segment_test_caps().feat_half_vec.load(), maxmin_bwd);
     const int64_t lanes = ceil_div(inner, g.vec);
     int G = 1;
     while (G < 32 && G < lanes) G *= 2;

@@ -625,7 +625,7 @@ SegmentProblem with_wave(SegmentProblem p, bool aligned, int device) {
     using T = decltype(t);
     using Idx = decltype(i);
     p.feat_blocks_per_sm = p.direction == Direction::Fwd ? feat_fwd_blocks_per_sm<T, Idx>(p.reduce, g.vec)
-                                                         : feat_bwd_blocks_per_sm<T, Idx>(g.vec > 1);
+                                                         : feat_bwd_blocks_per_sm<T, Idx>(g.vec);
   });
   return p;
 }

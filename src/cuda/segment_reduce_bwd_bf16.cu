@@ -4,6 +4,6 @@
 namespace segred::cuda {
 template void run_bwd<::segred::bfloat16_t, int32_t>(const BwdArgs&);
 template void run_bwd<::segred::bfloat16_t, int64_t>(const BwdArgs&);
-template int feat_bwd_blocks_per_sm<::segred::bfloat16_t, int32_t>(bool);
-template int feat_bwd_blocks_per_sm<::segred::bfloat16_t, int64_t>(bool);
+template int feat_bwd_blocks_per_sm<::segred::bfloat16_t, int32_t>(int);
+template int feat_bwd_blocks_per_sm<::segred::bfloat16_t, int64_t>(int);
 }  // namespace segred::cuda

@@ -96,7 +96,7 @@ template <class T, class Idx> void run_bwd(const BwdArgs& a);
 // SegmentProblem::feat_blocks_per_sm, the wave fit's input (session 26,
 // src/core/segment_geometry.h). 0 when the query fails. Instantiated with run_fwd / run_bwd.
 template <class T, class Idx> int feat_fwd_blocks_per_sm(Reduce reduce, int vec);
-template <class T, class Idx> int feat_bwd_blocks_per_sm(bool vec);
+template <class T, class Idx> int feat_bwd_blocks_per_sm(int vec);
 
 namespace impl {
 
@@ -239,6 +239,17 @@ auto feat_reduce_kernel(int vec) {
   return vec == VEC ? feat_reduce<Fn, Idx, VEC> : feat_reduce<Fn, Idx, 1>;
 }
 
+// The feat_maxmin_bwd instantiation of a vector width: as feat_reduce_kernel's
+// (half vectors only when forced: feat_vec_rule, session 30).
+template <class T, class Idx>
+auto feat_maxmin_bwd_kernel(int vec) {
+  constexpr int VEC = int(16 / sizeof(T));
+  if constexpr (kHasHalfVec<T>) {
+    if (vec == kHalfVec<T>) return feat_maxmin_bwd<T, Idx, kHalfVec<T>>;
+  }
+  return vec == VEC ? feat_maxmin_bwd<T, Idx, VEC> : feat_maxmin_bwd<T, Idx, 1>;
+}
+
 // Main kernel + fix-up of one reduction pass (forward, or max/min stats).
 template <class Fn, class Idx>
 void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
@@ -352,14 +363,13 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
     check_launch("flat_maxmin_bwd");
     record(c.path, grid, block);
   } else {
-    constexpr int VEC = int(16 / sizeof(T));
-    auto k = g.vec == VEC ? feat_maxmin_bwd<T, Idx, VEC> : feat_maxmin_bwd<T, Idx, 1>;
+    auto k = feat_maxmin_bwd_kernel<T, Idx>(g.vec);
     const int block = viable_block(k, g.block, 0, g.group, "feat_maxmin_bwd");
     const int64_t grid = detail::ceil_div(g.workers * g.slabs * g.group, block);
     launch_main(c, k, grid, block, 0, sf, bf, x, gi, q, W, Idx(g.slabs), g.group, inner, tile_i,
                 tile_j, carry, keep, head, Idx(g.items), Idx(g.segs));
     check_launch("feat_maxmin_bwd");
-    record(c.path, grid, block);
+    record(c.path, grid, block, detail::feat_vec_variant(g, int(sizeof(T))));  // the plan's variant
   }
   int FX = 1;
   while (FX < 32 && FX < c.inner) FX *= 2;
@@ -498,11 +508,9 @@ int feat_fwd_blocks_per_sm(Reduce reduce, int vec) {
 }
 
 template <class T, class Idx>
-int feat_bwd_blocks_per_sm(bool vec) {
+int feat_bwd_blocks_per_sm(int vec) {
   using D = typename Dev<T>::type;
-  constexpr int VEC = int(16 / sizeof(D));  // maxmin_bwd_pass's choice of instantiation
-  return vec ? impl::resident_blocks(feat_maxmin_bwd<D, Idx, VEC>, detail::kBlock)
-             : impl::resident_blocks(feat_maxmin_bwd<D, Idx, 1>, detail::kBlock);
+  return impl::resident_blocks(impl::feat_maxmin_bwd_kernel<D, Idx>(vec), detail::kBlock);  // maxmin_bwd_pass's
 }
 
 }  // namespace segred::cuda

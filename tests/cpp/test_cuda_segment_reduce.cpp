@@ -397,6 +397,31 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
         }
         EXPECT_TRUE(same_bits(host(out[1]), host(out[2]))) << "half vectors differ from full vectors";
         EXPECT_TRUE(same_bits(host(out[1]), host(out[0]))) << "the rule's form differs from full vectors";
+        // Session 30: the max/min backward's half vectors (forced only; check_cuda above ran
+        // every tie against the CPU in each form). Its gradient is per position from exact
+        // integer statistics: the same bits in every form, and the trace names the form.
+        if (r == std::string("max") || r == std::string("min")) {
+          const Tensor grad = dev(make_tensor(mixed_grads(rng, out[1].numel(), t), lay.out_shape(), t));
+          for (Tie tie : {Tie::Split, Tie::First, Tie::Last}) {
+            Tensor gi[3];
+            for (const int form : {1, 2, 0}) {
+              caps.feat_half_vec = form;
+              prob.direction = Direction::Bwd;
+              const bool half = form == 2 && inner % (8 / es) == 0;
+              EXPECT_EQ(plan_segment_reduce(prob).variant, half ? "half_vectors" : "") << "bwd form " << form;
+              gi[form] = poisoned(lay.shape, t);
+              TraceSession ts;
+              segment_reduce_backward_out(grad, out[1], data, parse_reduce(r), seg, tie, gi[form]);
+              EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+              int with_half = 0;
+              for (const TraceRecord& rec : ts.records()) with_half += rec.variant == "half_vectors";
+              EXPECT_EQ(with_half, half ? 1 : 0) << "bwd form " << form;
+            }
+            EXPECT_TRUE(same_bits(host(gi[1]), host(gi[2]))) << "backward: half vectors differ, tie " << int(tie);
+            EXPECT_TRUE(same_bits(host(gi[1]), host(gi[0]))) << "backward: the rule's form differs, tie " << int(tie);
+          }
+          prob.direction = Direction::Fwd;
+        }
       }
     for (const char* r : {"sum", "max"})  // axis 1, batched metadata
       for (const int form : {1, 2, 0}) {

@@ -392,8 +392,10 @@ TEST(CudaSegmentReduceMaxBwd, RepairListLongSparseTies) {
 // 32, 33, 63, 64, 65 and 200 from the segment's start, so that the one position
 // first/last write, and split's tied positions, lie inside, at and past the window
 // edge; at the rule's items and at 100 and 256 items (a tile's part of a segment,
-// which is what the window counts from, then starts mid-segment too); float64 (two
-// features a lane) and float16 beside float32 and bfloat16.
+// which is what the window counts from, then starts mid-segment too), with the
+// rule's vectors and with half vectors forced (4 features a lane for 16-bit types:
+// the 64-row window); float64 (two features a lane) and float16 beside float32 and
+// bfloat16.
 TEST(CudaSegmentReduceMaxBwd, TieBitWindowEdges) {
   SEGRED_NEED_GPU();
   std::mt19937_64 rng(98);
@@ -411,18 +413,21 @@ TEST(CudaSegmentReduceMaxBwd, TieBitWindowEdges) {
     for (size_t s = 0; s < lens.size(); ++s)
       for (int64_t k : at)
         if (k < lens[s]) peak[size_t(start[s] + k)] = 1;
-    for (const int items : {0, 100, 256}) {
-      SCOPED_TRACE(::testing::Message() << "feat_items=" << items << " peaks at " << at[0]);
-      detail::segment_test_caps().feat_items = items;
-      for (DType t : {DType::Float32, DType::BFloat16, DType::Float64, DType::Float16})
-        for (int64_t inner : {8, 16}) {
-          if (t == DType::Float64 && inner == 8) continue;
-          run_lens(t, inner, DType::Int32, lens,
-                   [&](int64_t j, bool mx) { return peak[size_t(j)] ? (mx ? 9.0 : -9.0) : double(j % 7) / 8.0; }, rng,
-                   reached);
-        }
-      detail::segment_test_caps().feat_items = 0;
-    }
+    for (const int items : {0, 100, 256})
+      for (const int half : {0, 2}) {  // the rule's vectors; half vectors forced (64-row window)
+        SCOPED_TRACE(::testing::Message() << "feat_items=" << items << " half " << half << " peaks at " << at[0]);
+        detail::segment_test_caps().feat_items = items;
+        detail::segment_test_caps().feat_half_vec = half;
+        for (DType t : {DType::Float32, DType::BFloat16, DType::Float64, DType::Float16})
+          for (int64_t inner : {8, 16}) {
+            if (t == DType::Float64 && (inner == 8 || half)) continue;
+            run_lens(t, inner, DType::Int32, lens,
+                     [&](int64_t j, bool mx) { return peak[size_t(j)] ? (mx ? 9.0 : -9.0) : double(j % 7) / 8.0; },
+                     rng, reached);
+          }
+        detail::segment_test_caps().feat_items = 0;
+        detail::segment_test_caps().feat_half_vec = 0;
+      }
   }
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
 }

@@ -191,9 +191,12 @@ TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
       EXPECT_EQ(geo(t, 18).vec, 1);
       EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Max).vec, wide ? 4 : 8);
       EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Sum, false).vec, 1);  // misaligned data
-      for (Reduce r : {Reduce::Sum, Reduce::Max}) {
-        EXPECT_EQ(geo(t, 128, Direction::Bwd, r).vec, 8);  // backwards: full vectors
-        EXPECT_EQ(geo(t, 12, Direction::Bwd, r).vec, 1);
+      for (Reduce r : {Reduce::Sum, Reduce::Max, Reduce::Min}) {
+        // Backwards: full vectors; the max/min backward's half vectors only when forced
+        // (session 30), the sum/mean backward never.
+        const bool half_bwd = narrow && r != Reduce::Sum;
+        EXPECT_EQ(geo(t, 128, Direction::Bwd, r).vec, half_bwd ? 4 : 8);
+        EXPECT_EQ(geo(t, 12, Direction::Bwd, r).vec, half_bwd ? 4 : 1);
       }
       // Items: 256 for the wide half-vector rows (2d_64kx16_f128: 139 k threads), the
       // old rule's 128 with full vectors and where 256 would leave < 2^17 threads.
@@ -204,7 +207,8 @@ TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
       EXPECT_EQ(detail::segment_geometry(prob(t, 128, Direction::Fwd, Reduce::Sum, R / 2)).items, wide ? 128 : 64);
       EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Fwd, Reduce::Sum)).variant, wide ? "half_vectors" : "");
       EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Fwd, Reduce::Sum)).chunk, wide ? 256 : 128);
-      EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Bwd, Reduce::Max)).variant, "");
+      EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Bwd, Reduce::Max)).variant, narrow ? "half_vectors" : "");
+      EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Bwd, Reduce::Sum)).variant, "");
     }
     // float32: half vectors (2 features a lane) only when forced; float64 never.
     EXPECT_EQ(geo(DType::Float32, 128).vec, narrow ? 2 : 4);
@@ -213,7 +217,8 @@ TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
     EXPECT_EQ(geo(DType::Float32, 16).vec, narrow ? 2 : 4);
     EXPECT_EQ(geo(DType::Float32, 6).vec, narrow ? 2 : 1);
     EXPECT_EQ(geo(DType::Float32, 5).vec, 1);
-    EXPECT_EQ(geo(DType::Float32, 128, Direction::Bwd, Reduce::Max).vec, 4);
+    EXPECT_EQ(geo(DType::Float32, 128, Direction::Bwd, Reduce::Max).vec, narrow ? 2 : 4);
+    EXPECT_EQ(geo(DType::Float32, 128, Direction::Bwd, Reduce::Sum).vec, 4);
     EXPECT_EQ(geo(DType::Float64, 128).vec, 2);
     EXPECT_EQ(plan_segment_reduce(prob(DType::Float32, 128, Direction::Fwd, Reduce::Sum)).variant,
               narrow ? "half_vectors" : "");
