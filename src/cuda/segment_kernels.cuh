@@ -212,7 +212,9 @@ struct StatsFn {
   }
   // Whether position j of raw value `raw` is tied to the segment's output (the tie
   // predicate of SEMANTICS.md), and its value for the statistic given that.
-  __device__ __forceinline__ bool tied(const Ctx& c, T raw) const { return c.real && ops::is_extremum(F(ld(raw)), c.y); }
+  __device__ __forceinline__ bool tied(const Ctx& c, T raw) const {
+    return c.real && ops::is_extremum(F(ld(raw)), c.y);
+  }
   __device__ __forceinline__ A of_tie(bool t, Idx j) const {
     if (!t) return identity();
     return tie == 0 ? A(1) : j;
