@@ -265,8 +265,8 @@ inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t s
 // segments and grid); ptxas holds the 16-bit round to 40 registers and spreads its 8
 // loads between their uses (2, 1, 1, 1, 1, 2 issued before each wait against fp32's
 // 4 and 4). Half vectors also reach inner = 4 mod 8 (12, 20, ...; 2d_x16_f4's
-// inner 4), which full vectors read one feature a lane. The backward kernels keep
-// full vectors (their instantiations: feat_elementwise, feat_maxmin_bwd). `cap`:
+// inner 4), which full vectors read one feature a lane. The sum/mean backward
+// (feat_elementwise) keeps full vectors; the max/min backward: below. `cap`:
 // SegmentTestCaps::feat_half_vec (0 the rule, 1 full vectors, 2 half wherever inner
 // allows).
 // H200, session 29 (bench/NOTES.md; one binary, half vectors forced against the old
@@ -281,13 +281,25 @@ inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t s
 // until it is timed.
 constexpr int64_t kHalfVecMinInner = 16;
 // Session 30: the max/min backward (feat_maxmin_bwd, `maxmin_bwd`) has the half-vector
-// form too, taken only when forced (cap 2) until it is timed.
+// form too, with its tie bits (a 64-row window at V <= 4; src/cuda/segment_maxbwd.cuh).
+// H100, session 30 run 1 (bench/results/h100-session30/run1-tiebits/half-ab.md; half
+// vectors forced against full vectors, both with the tie bits where V <= 4, max backward):
+// float32 2d_x16_f4 0.789, 2d_x16_f64 0.910, 2d_exp40_f128 0.959, 2d_64kx16_f128 0.966,
+// 2d_x16_f16 1.007: so float32 takes them wherever inner is even. bfloat16 2d_x16_f16
+// 0.833 (0.78x of the session-29 kernel: 198 blocks become 396, a third of a wave
+// before), but 2d_x16_f4 1.22 and, against the session-29 kernel at full vectors,
+// 2d_64kx16_f128 0.99, 2d_exp40_f128 1.01, 2d_x16_f64 1.04: so 16-bit types take them
+// for inner in [kHalfVecMinInner, kHalfVecBwdMaxInner) (rows of 32 to 126 bytes; only
+// inner 16 was timed).
+constexpr int64_t kHalfVecBwdMaxInner = 64;
 inline int feat_vec_rule(int esize, Direction dir, int64_t inner, bool aligned, int cap, bool maxmin_bwd = false) {
   if (!aligned || esize <= 0) return 1;
   const int v = 16 / esize;
   const bool fwd = dir == Direction::Fwd;
   const bool can_half = (esize == 2 || esize == 4) && (fwd || maxmin_bwd) && inner % (v / 2) == 0;
-  if (can_half && (cap == 2 || (cap == 0 && fwd && esize == 2 && inner >= kHalfVecMinInner))) return v / 2;
+  const bool rule = fwd ? esize == 2 && inner >= kHalfVecMinInner
+                        : esize == 4 || (inner >= kHalfVecMinInner && inner < kHalfVecBwdMaxInner);
+  if (can_half && (cap == 2 || (cap == 0 && rule))) return v / 2;
   return inner % v == 0 ? v : 1;
 }
 

@@ -421,13 +421,18 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   // Before, every row was read twice, and ncu (H100, session 29) counted ~1.9x x's bytes
   // from DRAM: between a row's two reads every resident lane streams its own segment,
   // more than L2 holds. The same predicate and expressions: the same bits.
-  using M = std::conditional_t<(V <= 4), uint64_t, uint32_t>;  // V = 8 (16-bit): 8 registers of masks
-  constexpr int kMaskRows = int(sizeof(M)) * 8;
+  // H100 (session 30, run 1): float32 (V = 4) max backwards 0.79-0.99x, but bfloat16 at V =
+  // 8 with a 32-row window 1.07x (2d_64kx16_f128) and 1.61x (2d_exp40_f128): 80 registers (3
+  // blocks per SM instead of 4) and the DRAM bytes fell (448 -> 309 MB) while the time rose. So
+  // V = 8 (16-bit full vectors) keeps session 29's form, without a window; 16-bit rows take
+  // the window at V = 4 (half vectors, feat_vec_rule) or V = 1.
+  using M = uint64_t;
+  constexpr int kMaskRows = V <= 4 ? 64 : 0;
   Idx j = j0;
   for (Idx i = i0;; ++i) {
     const Idx e = i < i1 ? q[i + 1] : j1;
     const Idx jb = j;
-    const Idx jm = e - jb < Idx(kMaskRows) ? e : jb + Idx(kMaskRows);  // rows [jb, jm) keep a tie bit
+    const Idx jm = kMaskRows == 0 ? jb : e - jb < Idx(kMaskRows) ? e : jb + Idx(kMaskRows);  // [jb, jm): tie bits
     typename StatsFn<T, Idx>::Ctx c[V];
     S acc[V];
     M mk[V];
@@ -438,26 +443,28 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
       mk[v] = 0;
     }
     constexpr int UR = V >= 8 ? 4 : 8;  // row loads in flight per lane (fewer for V = 8: registers)
-    for (; j + UR <= jm; j += UR) {
-      Vec<Raw, V> r[UR];
+    if constexpr (kMaskRows > 0) {
+      for (; j + UR <= jm; j += UR) {
+        Vec<Raw, V> r[UR];
 #pragma unroll
-      for (int u = 0; u < UR; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
+        for (int u = 0; u < UR; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
 #pragma unroll
-      for (int u = 0; u < UR; ++u)
+        for (int u = 0; u < UR; ++u)
+#pragma unroll
+          for (int v = 0; v < V; ++v) {
+            const bool t = sf.tied(c[v], r[u].v[v]);
+            acc[v] = sf.combine(acc[v], sf.of_tie(t, j + u));
+            mk[v] |= M(t) << int(j + u - jb);
+          }
+      }
+      for (; j < jm; ++j) {
+        const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
 #pragma unroll
         for (int v = 0; v < V; ++v) {
-          const bool t = sf.tied(c[v], r[u].v[v]);
-          acc[v] = sf.combine(acc[v], sf.of_tie(t, j + u));
-          mk[v] |= M(t) << int(j + u - jb);
+          const bool t = sf.tied(c[v], r.v[v]);
+          acc[v] = sf.combine(acc[v], sf.of_tie(t, j));
+          mk[v] |= M(t) << int(j - jb);
         }
-    }
-    for (; j < jm; ++j) {
-      const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
-#pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const bool t = sf.tied(c[v], r.v[v]);
-        acc[v] = sf.combine(acc[v], sf.of_tie(t, j));
-        mk[v] |= M(t) << int(j - jb);
       }
     }
     for (; j + UR <= e; j += UR) {
@@ -490,12 +497,14 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
     for (int v = 0; v < V; ++v) b[v] = feat_out<T, Idx>(bf, i, l.f0 + v, acc[v]);
     // The window's rows: stores only.
     Idx jj = jb;
+    if constexpr (kMaskRows > 0) {
 #pragma unroll 4
-    for (; jj < jm; ++jj) {
-      Vec<Raw, V> o;
+      for (; jj < jm; ++jj) {
+        Vec<Raw, V> o;
 #pragma unroll
-      for (int v = 0; v < V; ++v) o.v[v] = out_of_tie(bf, b[v], split, jj, bool((mk[v] >> int(jj - jb)) & M(1)));
-      write_row(po + jj * inner, o, first);
+        for (int v = 0; v < V; ++v) o.v[v] = out_of_tie(bf, b[v], split, jj, bool((mk[v] >> int(jj - jb)) & M(1)));
+        write_row(po + jj * inner, o, first);
+      }
     }
     // Rows past the window: re-read (the last use of the row).
     constexpr int UW = V >= 8 ? 2 : 4;  // V = 8 (16-bit): 80 registers (3 blocks per SM) instead of 103 (2)

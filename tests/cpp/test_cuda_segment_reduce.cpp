@@ -397,8 +397,8 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
         }
         EXPECT_TRUE(same_bits(host(out[1]), host(out[2]))) << "half vectors differ from full vectors";
         EXPECT_TRUE(same_bits(host(out[1]), host(out[0]))) << "the rule's form differs from full vectors";
-        // Session 30: the max/min backward's half vectors (forced only; check_cuda above ran
-        // every tie against the CPU in each form). Its gradient is per position from exact
+        // Session 30: the max/min backward's half vectors (the rule's and forced; check_cuda
+        // above ran every tie against the CPU in each form). Its gradient is per position from exact
         // integer statistics: the same bits in every form, and the trace names the form.
         if (r == std::string("max") || r == std::string("min")) {
           const Tensor grad = dev(make_tensor(mixed_grads(rng, out[1].numel(), t), lay.out_shape(), t));
@@ -407,7 +407,9 @@ TEST_P(CudaSegmentReduce, FeatureHalfVectorsAgree) {
             for (const int form : {1, 2, 0}) {
               caps.feat_half_vec = form;
               prob.direction = Direction::Bwd;
-              const bool half = form == 2 && inner % (8 / es) == 0;
+              // The rule (session 30): float32 wherever inner is even, 16-bit for inner in [16, 64).
+              const bool rule = es == 4 || (inner >= detail::kHalfVecMinInner && inner < detail::kHalfVecBwdMaxInner);
+              const bool half = inner % (8 / es) == 0 && (form == 2 || (form == 0 && rule));
               EXPECT_EQ(plan_segment_reduce(prob).variant, half ? "half_vectors" : "") << "bwd form " << form;
               gi[form] = poisoned(lay.shape, t);
               TraceSession ts;

@@ -192,11 +192,17 @@ TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
       EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Max).vec, wide ? 4 : 8);
       EXPECT_EQ(geo(t, 128, Direction::Fwd, Reduce::Sum, false).vec, 1);  // misaligned data
       for (Reduce r : {Reduce::Sum, Reduce::Max, Reduce::Min}) {
-        // Backwards: full vectors; the max/min backward's half vectors only when forced
-        // (session 30), the sum/mean backward never.
-        const bool half_bwd = narrow && r != Reduce::Sum;
+        // Backwards (session 30): the sum/mean backward keeps full vectors; the max/min
+        // backward takes half vectors by the rule for inner in [16, 64), anywhere when forced.
+        const bool mm = r != Reduce::Sum, half_bwd = narrow && mm, rule_bwd = cap != 1 && mm;
         EXPECT_EQ(geo(t, 128, Direction::Bwd, r).vec, half_bwd ? 4 : 8);
+        EXPECT_EQ(geo(t, 64, Direction::Bwd, r).vec, half_bwd ? 4 : 8);
+        EXPECT_EQ(geo(t, 60, Direction::Bwd, r).vec, rule_bwd ? 4 : 1);
+        EXPECT_EQ(geo(t, 16, Direction::Bwd, r).vec, rule_bwd ? 4 : 8);
+        EXPECT_EQ(geo(t, 16, Direction::Bwd, r).group, rule_bwd ? 4 : 2);
         EXPECT_EQ(geo(t, 12, Direction::Bwd, r).vec, half_bwd ? 4 : 1);
+        EXPECT_EQ(geo(t, 8, Direction::Bwd, r).vec, half_bwd ? 4 : 8);
+        EXPECT_EQ(geo(t, 4, Direction::Bwd, r).vec, half_bwd ? 4 : 1);
       }
       // Items: 256 for the wide half-vector rows (2d_64kx16_f128: 139 k threads), the
       // old rule's 128 with full vectors and where 256 would leave < 2^17 threads.
@@ -208,7 +214,8 @@ TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
       EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Fwd, Reduce::Sum)).variant, wide ? "half_vectors" : "");
       EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Fwd, Reduce::Sum)).chunk, wide ? 256 : 128);
       EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Bwd, Reduce::Max)).variant, narrow ? "half_vectors" : "");
-      EXPECT_EQ(plan_segment_reduce(prob(t, 128, Direction::Bwd, Reduce::Sum)).variant, "");
+      EXPECT_EQ(plan_segment_reduce(prob(t, 16, Direction::Bwd, Reduce::Min)).variant, wide ? "half_vectors" : "");
+      EXPECT_EQ(plan_segment_reduce(prob(t, 16, Direction::Bwd, Reduce::Sum)).variant, "");
     }
     // float32: half vectors (2 features a lane) only when forced; float64 never.
     EXPECT_EQ(geo(DType::Float32, 128).vec, narrow ? 2 : 4);
@@ -217,8 +224,12 @@ TEST(PlanCudaSegmentReduce, FeatureVectorWidth) {
     EXPECT_EQ(geo(DType::Float32, 16).vec, narrow ? 2 : 4);
     EXPECT_EQ(geo(DType::Float32, 6).vec, narrow ? 2 : 1);
     EXPECT_EQ(geo(DType::Float32, 5).vec, 1);
-    EXPECT_EQ(geo(DType::Float32, 128, Direction::Bwd, Reduce::Max).vec, narrow ? 2 : 4);
+    // The float32 max/min backward: half vectors by the rule wherever inner is even (session 30).
+    for (const int64_t inner : {128, 64, 16, 4, 6})
+      EXPECT_EQ(geo(DType::Float32, inner, Direction::Bwd, Reduce::Max).vec, cap != 1 ? 2 : inner % 4 ? 1 : 4);
+    EXPECT_EQ(geo(DType::Float32, 5, Direction::Bwd, Reduce::Min).vec, 1);
     EXPECT_EQ(geo(DType::Float32, 128, Direction::Bwd, Reduce::Sum).vec, 4);
+    EXPECT_EQ(geo(DType::Float64, 128, Direction::Bwd, Reduce::Max).vec, 2);
     EXPECT_EQ(geo(DType::Float64, 128).vec, 2);
     EXPECT_EQ(plan_segment_reduce(prob(DType::Float32, 128, Direction::Fwd, Reduce::Sum)).variant,
               narrow ? "half_vectors" : "");
@@ -401,8 +412,11 @@ TEST(PlanCudaSegmentReduce, GeometryVectorAndGroups) {
   EXPECT_EQ(h16.vec, 4);  // the 16-bit forward's half vectors (session 29)
   EXPECT_EQ(h16.group, 4);
   const auto h16b = segment_geometry(cuda_problem(Direction::Bwd, 1, 100, 16, 3, DType::Float16, Reduce::Max));
-  EXPECT_EQ(h16b.vec, 8);
-  EXPECT_EQ(h16b.group, 2);
+  EXPECT_EQ(h16b.vec, 4);  // the max/min backward's half vectors at inner 16 (session 30)
+  EXPECT_EQ(h16b.group, 4);
+  const auto h16s = segment_geometry(cuda_problem(Direction::Bwd, 1, 100, 16, 3, DType::Float16, Reduce::Sum));
+  EXPECT_EQ(h16s.vec, 8);  // the sum backward: full vectors
+  EXPECT_EQ(h16s.group, 2);
   const auto g3 = segment_geometry(cuda_problem(Direction::Fwd, 1, 100, 3, 3));
   EXPECT_EQ(g3.vec, 1);
   EXPECT_EQ(g3.group, 4);
