@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   for (Idx i = i0;; ++i) {
     const Idx e = i < i1 ? q[i + 1] : j1;
     const Idx jb = j;
-    const Idx jm = kMaskRows == 0 ? jb : e - jb < Idx(kMaskRows) ? e : jb + Idx(kMaskRows);  // [jb, jm): tie bits
+    const Idx jm = e - jb < Idx(kMaskRows) ? e : jb + Idx(kMaskRows);  // rows [jb, jm) keep a tie bit
     typename StatsFn<T, Idx>::Ctx c[V];
     S acc[V];
     M mk[V];
