@@ -5,19 +5,19 @@
 // "first"/"last"), then the elementwise pass read x again: 3N element bytes.
 // Now (run_bwd, src/cuda/segment_reduce_impl.cuh):
 //   flat_maxmin_bwd / feat_maxmin_bwd  one kernel per tile: the tile's staged (flat)
-//       or just-loaded (features: a lane keeps the tie bits of a segment's first 32
-//       or 64 rows, and loads only the rows past them a second time) values give
-//       every segment's statistic within the tile (StatsFn's value/combine, the
-//       exact integer combine), and the tile writes gi with it (BwdFn::elem with
-//       that statistic: the same expression as before, so a segment that lies
-//       wholly inside the tile gets bitwise the old gradient). For the (at most
-//       two) segments that cross the tile's edges the statistic is the tile's local
-//       view; the tile leaves it as fixup_tree's carry/head records (the layout of
-//       the StatsFn pass) and, for a segment longer than kShortFix tiles, a copy of
-//       the carry (fixup_tree's phase 2 combines long segments' carries in place).
-//       A full flat tile without a segment end is not staged
-//       (flat_maxmin_full_tile, session 20): read straight from x, as the forwards'
-//       full tiles are.
+//       or just-loaded (features: a lane of at most 4 features keeps the tie bits
+//       of a segment's first 64 rows, and loads only the rows past them a second
+//       time) values give every segment's statistic within the tile (StatsFn's
+//       value/combine, the exact integer combine), and the tile writes gi with it
+//       (BwdFn::elem with that statistic: the same expression as before, so a
+//       segment that lies wholly inside the tile gets bitwise the old gradient).
+//       For the (at most two) segments that cross the tile's edges the statistic is
+//       the tile's local view; the tile leaves it as fixup_tree's carry/head
+//       records (the layout of the StatsFn pass) and, for a segment longer than
+//       kShortFix tiles, a copy of the carry (fixup_tree's phase 2 combines long
+//       segments' carries in place). A full flat tile without a segment end is not
+//       staged (flat_maxmin_full_tile, session 20): read straight from x, as the
+//       forwards' full tiles are.
 //   fixup_tree<StatsFn>  unchanged: the exact total of every crossing segment
 //       into stats[o] (crossing segments only; nothing else reads stats).
 //   flat_maxmin_repair / feat_maxmin_repair  per (tile, feature) (flat: a warp

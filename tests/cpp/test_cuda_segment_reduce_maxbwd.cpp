@@ -259,8 +259,9 @@ TEST(CudaSegmentReduceMaxBwd, RepairVectorAndScalarReadsAgree) {
 // Low-cardinality random data (values in {0, 1, 2}, some NaN, both zeros): ties
 // everywhere, at every offset from the tile and lane edges; lengths around the
 // tile sizes and batched rows (outer > 1). Session 30: the feature kernel keeps tie
-// bits for a segment's first 32 (16-bit types, 8 features a lane) or 64 rows of a
-// tile and re-reads the rows past them; the feature layouts also run at 100 and 256
+// bits for the first 64 rows of a segment's part in a tile where a lane holds at most 4
+// features (16-bit rows at 8 features a lane have no window) and re-reads the rows
+// past them; the feature layouts also run at 100 and 256
 // merge items (SegmentTestCaps::feat_items), so that a lane's part of a segment is
 // shorter than, equal to and longer than each window (at the rule's 32 items every
 // part fits), first/last/split positions fall on both sides of it.
@@ -386,8 +387,8 @@ TEST(CudaSegmentReduceMaxBwd, RepairListLongSparseTies) {
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
 }
 
-// Session 30, the feature kernel's tie-bit window (32 rows for 16-bit types at 8
-// features a lane, 64 otherwise; rows past it are re-read): segments of 31-33, 63-65
+// Session 30, the feature kernel's tie-bit window (64 rows where a lane holds at most
+// 4 features; none for 16-bit types at 8 features a lane; rows past it are re-read): segments of 31-33, 63-65
 // and 300-700 rows whose only extremum (or a pair of tied ones) sits at rows 0, 31,
 // 32, 33, 63, 64, 65 and 200 from the segment's start, so that the one position
 // first/last write, and split's tied positions, lie inside, at and past the window
