@@ -219,15 +219,6 @@ struct StatsFn {
     if (!t) return identity();
     return tie == 0 ? A(1) : j;
   }
-  // The statistic of up to 4 consecutive rows j.. from their tie bits, bit 8u of m
-  // for row j + u (the byte-per-row words of feat_maxmin_bwd's shared window):
-  // split: their count; first / last: the first / last tied row (identity if none).
-  __device__ __forceinline__ A of_rows(uint32_t m, Idx j) const {
-    m &= 0x01010101u;
-    if (tie == 0) return A(__popc(m));
-    if (m == 0) return identity();
-    return j + A(tie == 1 ? (__ffs(int(m)) - 1) >> 3 : (31 - __clz(int(m))) >> 3);
-  }
   // of_tie(tied(c, raw), j), written out: in that form ptxas gave feat_maxmin_bwd<bf16,
   // i32, 8> 80 registers (3 blocks per SM) instead of 64 (4), session 30.
   __device__ __forceinline__ A value(const Ctx& c, Idx j, T raw) const {

@@ -371,11 +371,8 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
 // its first kMaskRows rows; the write gives those rows their gradient from the bits
 // and loads the rows past them again (the same lane, right after: L1/L2 at best).
 // Records as feat_reduce's.
-// 16-bit types at 8 features a lane, 32-bit index: at most 64 registers (4 blocks of 256
-// per SM), ptxas sm_90: 64 with a 16-byte spill, as session 29's kernel without a window;
-// left alone it takes 80 (3 blocks). Session 31.
 template <class T, class Idx, int V>
-__global__ void __launch_bounds__(256, V > 4 && sizeof(Idx) == 4 ? 4 : 0) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
+__global__ void __launch_bounds__(256) feat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn<T, Idx> bf, const T* __restrict__ x,
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx slabs,
                                                        int G, Idx inner, const Idx* __restrict__ tile_i,
                                                        const Idx* __restrict__ tile_j, Idx* __restrict__ carry,
@@ -424,22 +421,19 @@ __global__ void __launch_bounds__(256, V > 4 && sizeof(Idx) == 4 ? 4 : 0) feat_m
   // Before, every row was read twice, and ncu (H100, session 29) counted ~1.9x x's bytes
   // from DRAM: between a row's two reads every resident lane streams its own segment,
   // more than L2 holds. The same predicate and expressions: the same bits.
-  // Where the bits live:
-  //   V <= 4: registers, one uint64 per feature (bit = row). H100 (session 30, run 1):
-  //     float32 (V = 4) max backwards 0.79-0.99x.
-  //   V = 8 (16-bit full vectors), session 31: shared memory, a byte per row (bit v =
-  //     feature v), 4 rows to a word, word k of thread t at s_tb[k * kBlock + t] (a warp's
-  //     32 words of one k lie in 32 banks). Only the thread that writes a word reads it
-  //     back: no barrier. The register form had cost 16 registers here (80 in all: 3
-  //     blocks of 256 per SM instead of 4) and ran 1.07x (2d_64kx16_f128) and 1.61x
-  //     (2d_exp40_f128) with fewer DRAM bytes (H100, session 30): a latency loss. Here
-  //     a word (1 register) is live in each loop; the window costs 16 KiB per block.
+  // H100 (session 30, run 1): float32 (V = 4) max backwards 0.79-0.99x, but bfloat16 at V =
+  // 8 with a 32-row window 1.07x (2d_64kx16_f128) and 1.61x (2d_exp40_f128): 80 registers (3
+  // blocks per SM instead of 4) and the DRAM bytes fell (448 -> 309 MB) while the time rose. So
+  // V = 8 (16-bit full vectors) keeps session 29's form, without a window; 16-bit rows take
+  // the window at V = 4 (half vectors, feat_vec_rule) or V = 1.
+  // Session 31 kept V = 8's bits in shared memory instead (a byte per row, 16 KiB per block,
+  // 64 registers: bench/patches/session31-maxbwd-smem-window.patch). H100: the DRAM reads fell
+  // (bf16 2d_exp40_f128 501 -> 318 MB) but the time did not (0.89x on 2d_64kx16_f128, 1.03x
+  // on 2d_exp40_f128 and 2d_x16_f64): at 4 blocks of 256 per SM the kernel runs at its
+  // occupancy cap (46% of the warps active, 50% the most), bound by the latency of a lane's
+  // serial segments, not by the re-read's bytes. Not taken (bench/NOTES.md, session 31).
   using M = uint64_t;
-  constexpr int kMaskRows = 64;
-  constexpr bool kSmemBits = V > 4;
-  constexpr int kTieWords = kSmemBits ? kMaskRows / 4 : 0;  // words per thread
-  __shared__ uint32_t s_tb[kSmemBits ? kTieWords * detail::kBlock : 1];
-  uint32_t* const tb = s_tb + threadIdx.x;  // blockDim.x <= detail::kBlock (__launch_bounds__)
+  constexpr int kMaskRows = V <= 4 ? 64 : 0;
   Idx j = j0;
   for (Idx i = i0;; ++i) {
     const Idx e = i < i1 ? q[i + 1] : j1;
@@ -447,46 +441,15 @@ __global__ void __launch_bounds__(256, V > 4 && sizeof(Idx) == 4 ? 4 : 0) feat_m
     const Idx jm = e - jb < Idx(kMaskRows) ? e : jb + Idx(kMaskRows);  // rows [jb, jm) keep a tie bit
     typename StatsFn<T, Idx>::Ctx c[V];
     S acc[V];
-    M mk[kSmemBits ? 1 : V];
+    M mk[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       c[v] = sf.ctx(i, l.f0 + v);
       acc[v] = sf.identity();
-      if constexpr (!kSmemBits) mk[v] = 0;
+      mk[v] = 0;
     }
     constexpr int UR = V >= 8 ? 4 : 8;  // row loads in flight per lane (fewer for V = 8: registers)
-    if constexpr (kSmemBits) {
-      // Rows of the window in groups of 4 (UR): one word a group; then the last
-      // rows one at a time into one partial word.
-      static_assert(UR == 4, "a word holds the tie bytes of UR rows");
-      for (; j + UR <= jm; j += UR) {
-        Vec<Raw, V> r[UR];
-#pragma unroll
-        for (int u = 0; u < UR; ++u) r[u] = load_vec<Raw, V>(p + (j + u) * inner);
-        uint32_t wd = 0;
-#pragma unroll
-        for (int u = 0; u < UR; ++u)
-#pragma unroll
-          for (int v = 0; v < V; ++v) wd |= uint32_t(sf.tied(c[v], r[u].v[v])) << (8 * u + v);
-        tb[int(j - jb) / UR * detail::kBlock] = wd;
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = sf.combine(acc[v], sf.of_rows(wd >> v, j));
-      }
-      if (j < jm) {
-        const int k = int(j - jb) / UR;
-        uint32_t wd = 0;
-        for (int u = 0; j < jm; ++j, ++u) {
-          const Vec<Raw, V> r = load_vec<Raw, V>(p + j * inner);
-#pragma unroll
-          for (int v = 0; v < V; ++v) {
-            const bool t = sf.tied(c[v], r.v[v]);
-            acc[v] = sf.combine(acc[v], sf.of_tie(t, j));
-            wd |= uint32_t(t) << (8 * u + v);
-          }
-        }
-        tb[k * detail::kBlock] = wd;
-      }
-    } else {
+    if constexpr (kMaskRows > 0) {
       for (; j + UR <= jm; j += UR) {
         Vec<Raw, V> r[UR];
 #pragma unroll
@@ -540,24 +503,7 @@ __global__ void __launch_bounds__(256, V > 4 && sizeof(Idx) == 4 ? 4 : 0) feat_m
     for (int v = 0; v < V; ++v) b[v] = feat_out<T, Idx>(bf, i, l.f0 + v, acc[v]);
     // The window's rows: stores only.
     Idx jj = jb;
-    if constexpr (kSmemBits) {
-      auto row_of_bits = [&](Idx jr, uint32_t bits) {  // bits: the row's byte, bit v = feature v
-        Vec<Raw, V> o;
-#pragma unroll
-        for (int v = 0; v < V; ++v) o.v[v] = out_of_tie(bf, b[v], split, jr, bool((bits >> v) & 1u));
-        write_row(po + jr * inner, o, first);
-      };
-      for (; jj < jm; jj += UR) {
-        const uint32_t wd = tb[int(jj - jb) / UR * detail::kBlock];
-        if (jj + UR <= jm) {
-#pragma unroll
-          for (int u = 0; u < UR; ++u) row_of_bits(jj + u, wd >> (8 * u));
-        } else {
-          for (int u = 0; jj + u < jm; ++u) row_of_bits(jj + u, wd >> (8 * u));
-        }
-      }
-      jj = jm;
-    } else {
+    if constexpr (kMaskRows > 0) {
 #pragma unroll 4
       for (; jj < jm; ++jj) {
         Vec<Raw, V> o;

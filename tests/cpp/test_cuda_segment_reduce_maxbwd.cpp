@@ -387,9 +387,8 @@ TEST(CudaSegmentReduceMaxBwd, RepairListLongSparseTies) {
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
 }
 
-// Sessions 30-31, the feature kernel's tie-bit window (64 rows of a lane's part of a
-// segment: in registers where a lane holds at most 4 features, in shared memory, a byte
-// per row, for 16-bit types at 8 features a lane; rows past it are re-read): segments of 31-33, 63-65
+// Session 30, the feature kernel's tie-bit window (64 rows where a lane holds at most
+// 4 features; none for 16-bit types at 8 features a lane; rows past it are re-read): segments of 31-33, 63-65
 // and 300-700 rows whose only extremum (or a pair of tied ones) sits at rows 0, 31,
 // 32, 33, 63, 64, 65 and 200 from the segment's start, so that the one position
 // first/last write, and split's tied positions, lie inside, at and past the window
@@ -422,8 +421,8 @@ TEST(CudaSegmentReduceMaxBwd, TieBitWindowEdges) {
         detail::segment_test_caps().feat_half_vec = half;
         for (DType t : {DType::Float32, DType::BFloat16, DType::Float64, DType::Float16})
           for (int64_t inner : {8, 16, 64}) {
-            // 16-bit at inner 8 and 64 without half: 8 features a lane, the window in shared
-            // memory (session 31; 64: several lanes a row); every other case: registers.
+            // 16-bit at inner 8 and 64 without half: 8 features a lane, no window (64:
+            // several lanes a row; session 31); every other case: the 64-row window.
             if (t == DType::Float64 && (inner == 8 || half)) continue;
             if (inner == 64 && (t == DType::Float32 || t == DType::Float64 || half)) continue;
             run_lens(t, inner, DType::Int32, lens,
