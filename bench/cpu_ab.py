@@ -26,7 +26,12 @@ def run(binary, flt, out_json):
     cmd = [binary, f"--benchmark_filter={flt}", "--benchmark_format=json", f"--benchmark_out={out_json}",
            "--benchmark_out_format=json"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    with open(out_json) as f:
+    return read_rows(out_json)
+
+
+def read_rows(path):
+    """A segred_bench JSON output as {row name: (ms, % of memcpy / copy or None)}."""
+    with open(path) as f:
         data = json.load(f)
     rows = {}
     for b in data["benchmarks"]:

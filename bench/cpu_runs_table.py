@@ -6,25 +6,15 @@ softmax: the issues' figures) of the run whose time is the median (lower median)
     python3 bench/cpu_runs_table.py RUN.json... [--title TEXT] > table.md
 """
 import argparse
-import json
 import statistics
+
+from cpu_ab import read_rows
 
 ap = argparse.ArgumentParser()
 ap.add_argument("runs", nargs="+")
 ap.add_argument("--title", default="CPU benchmark")
 a = ap.parse_args()
-runs = []
-for path in a.runs:
-    with open(path) as f:
-        data = json.load(f)
-    rows = {}
-    for b in data["benchmarks"]:
-        if b.get("run_type") == "aggregate":
-            continue
-        name = b.get("run_name", b["name"]).split("/min_time")[0].split("/real_time")[0]
-        unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b.get("time_unit", "ns")]
-        rows[name] = (b["real_time"] * unit, b.get("pct_copy", b.get("pct_memcpy")))
-    runs.append(rows)
+runs = [read_rows(path) for path in a.runs]
 print(f"# {a.title}\n\n- runs: {', '.join(a.runs)}\n")
 print("| case | ms (median) | ms (runs) | % of memcpy / copy | >= 60% |")
 print("|---|---|---|---|---|")
