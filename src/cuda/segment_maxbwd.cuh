@@ -148,6 +148,52 @@ __device__ __forceinline__ bool keep_carry(const Idx* q, Idx t, Idx items, Idx U
   return t < U && first_carry_tile(q, Idx(t + 1), items) - first_carry_tile(q, t, items) > kShortFix;
 }
 
+// Session 32: the tied positions of a full flat tile, for split's repair. A full
+// tile lies inside one segment that crosses both its edges, so its local count is
+// the total only when no other tile of the segment holds a tie; where it is not,
+// the repair gave the tile's tied positions g / k_total by reading the tile's x
+// again (ncu, H200, session 20: 1d_64x1M bf16, ~63% of tiles re-read, ~85 MB in
+// ~53 us of a 0.19 ms call; fp32 25 us). Now the fused kernel, which compares every
+// position anyway, records up to kTieList of them (offsets from the tile's first
+// position) in one 16-byte record per tile, and the repair stores to those
+// positions without reading x. More ties than that (an all-equal segment) leave
+// the record's count kNoTieList: the repair re-reads as before. Same positions,
+// same expression (split_tied_value): the same gi.
+constexpr int kTieList = 7;
+constexpr unsigned kNoTieList = 0xffffu;
+struct TieListRec {
+  int n = 0;          // warp-uniform: ties seen so far (counting stops past kTieList)
+  unsigned mine = 0;  // lane k holds the offset of tie k
+};
+// Adds the ties of this round: bit e of lane's m is the position p0 + e (offset
+// from the tile's first position). Warp-uniform; one ballot where no lane has one.
+__device__ __forceinline__ void tie_list_add(TieListRec& L, unsigned m, int p0, int lane) {
+  for (unsigned bl = __ballot_sync(kFull, m != 0); bl != 0 && L.n <= kTieList; bl &= bl - 1) {
+    const int src = __ffs(int(bl)) - 1;
+    unsigned mm = __shfl_sync(kFull, m, src);
+    const int b = __shfl_sync(kFull, p0, src);
+    for (; mm != 0 && L.n <= kTieList; mm &= mm - 1) {
+      if (lane == L.n) L.mine = unsigned(b + __ffs(int(mm)) - 1);
+      ++L.n;
+    }
+  }
+}
+// The record: offsets 0..6 in the low 7 halves, the count (or kNoTieList) in the last.
+__device__ __forceinline__ void tie_list_store(const TieListRec& L, uint4* __restrict__ rec, int lane) {
+  unsigned h[kTieList];
+#pragma unroll
+  for (int k = 0; k < kTieList; ++k) h[k] = __shfl_sync(kFull, L.mine, k) & 0xffffu;
+  if (lane == 0) {
+    const unsigned n = L.n <= kTieList ? unsigned(L.n) : kNoTieList;
+    *rec = make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (n << 16));
+  }
+}
+__device__ __forceinline__ unsigned tie_list_count(const uint4& r) { return r.w >> 16; }
+__device__ __forceinline__ int tie_list_at(const uint4& r, int k) {  // k < kTieList
+  const unsigned w = k < 2 ? r.x : k < 4 ? r.y : k < 6 ? r.z : r.w;
+  return int((k & 1) ? (w >> 16) : (w & 0xffffu));
+}
+
 // A full flat tile without a segment end (kTile positions of one segment, which
 // crosses both tile edges), session 20: the statistic is the tile's own total,
 // folded straight from x with flat_fold_coalesced (the forwards' full-tile read:
@@ -162,7 +208,9 @@ template <class T, class Idx>
 __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf,
                                                       const T* __restrict__ x, T* __restrict__ gi, Idx w, Idx i0,
                                                       Idx j0, const Idx* __restrict__ q, Idx* __restrict__ carry,
-                                                      Idx* __restrict__ carry_keep, Idx titems, Idx U, int lane) {
+                                                      Idx* __restrict__ carry_keep, uint4* __restrict__ tie_rec,
+                                                      Idx titems, Idx U, int lane) {
+  using A = dacc_t<T>;
   constexpr int VE = kVecE<T>, R = kTile<T> / (32 * VE);
   const bool vx = aligned16_dev(x);
   const Idx stat = flat_fold_coalesced(sf, sf.ctx(i0, 0), x, j0, vx, lane);
@@ -175,32 +223,48 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
   const int o = int(j0 % Idx(VE));
   const Idx jb = j0 - Idx(o);
   if (vx && aligned16_dev(gi)) {
+    TieListRec L;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int rel = (32 * r + lane) * VE;
       const Vec<T, VE> v = load_vec<T, VE>(x + jb + Idx(rel));
       Vec<T, VE> out;
+      unsigned tm = 0;  // bit e: position rel + e is tied (m.elem's predicate)
 #pragma unroll
-      for (int e = 0; e < VE; ++e) out.v[e] = m.elem(split, jb + Idx(rel + e), v.v[e]);
+      for (int e = 0; e < VE; ++e) {
+        const bool t = ops::is_extremum(A(ld(v.v[e])), m.y);
+        out.v[e] = m.of_tie(split, jb + Idx(rel + e), t);
+        tm |= unsigned(t) << e;
+      }
       if (rel >= o) {
         *reinterpret_cast<Vec<T, VE>*>(gi + jb + Idx(rel)) = out;
       } else {  // lane 0, round 0: the positions from o on are the tile's
 #pragma unroll
         for (int e = 0; e < VE; ++e)
           if (e >= o) gi[jb + Idx(e)] = out.v[e];
+        tm &= ~0u << o;
       }
+      if (split) tie_list_add(L, tm, rel - o, lane);
     }
+    unsigned tt = 0;  // lane 0: the o positions past the last round
     if (lane == 0)
       for (int e = 0; e < o; ++e) {
         const Idx j = jb + Idx(kTile<T> + e);
-        gi[j] = m.elem(split, j, x[j]);
+        const bool t = ops::is_extremum(A(ld(x[j])), m.y);
+        gi[j] = m.of_tie(split, j, t);
+        tt |= unsigned(t) << e;
       }
+    if (split) {
+      tie_list_add(L, tt, kTile<T> - o, lane);
+      tie_list_store(L, tie_rec + w, lane);
+    }
   } else {  // misaligned x or gi: element loads and stores, the positions of the tile
 #pragma unroll 4
     for (int k = lane; k < kTile<T>; k += 32) {
       const Idx j = j0 + Idx(k);
       gi[j] = m.elem(split, j, x[j]);
     }
+    if (split && lane == 0) tie_rec[w] = make_uint4(0u, 0u, 0u, kNoTieList << 16);  // no list: the repair re-reads
   }
 }
 
@@ -221,7 +285,8 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
                                                        T* __restrict__ gi, const Idx* __restrict__ q, Idx W, Idx nel,
                                                        const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                        Idx* __restrict__ carry, Idx* __restrict__ carry_keep,
-                                                       Idx* __restrict__ head, Idx titems, Idx U) {
+                                                       Idx* __restrict__ head, uint4* __restrict__ tie_rec,
+                                                       Idx titems, Idx U) {
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = T;
   using S = Idx;
@@ -232,7 +297,7 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
   {
     const Idx i0 = tile_i[w], j0 = tile_j[w];
     if (tile_i[w + 1] == i0 && tile_j[w + 1] - j0 == Idx(kTile<Raw>)) {  // warp-uniform
-      flat_maxmin_full_tile(sf, bf, x, gi, w, i0, j0, q, carry, carry_keep, titems, U, lane);
+      flat_maxmin_full_tile(sf, bf, x, gi, w, i0, j0, q, carry, carry_keep, tie_rec, titems, U, lane);
       return;
     }
   }
@@ -698,7 +763,7 @@ __global__ void __launch_bounds__(256) flat_maxmin_repair(StatsFn<T, Idx> sf, Bw
                                                           Idx W, Idx U, Idx titems, const Idx* __restrict__ carry,
                                                           const Idx* __restrict__ carry_keep,
                                                           const Idx* __restrict__ head, const Idx* __restrict__ stats,
-                                                          int G) {
+                                                          const uint4* __restrict__ tie_rec, int G) {
   using A = dacc_t<T>;
   const int lane = int(threadIdx.x & 31);
   const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -708,6 +773,7 @@ __global__ void __launch_bounds__(256) flat_maxmin_repair(StatsFn<T, Idx> sf, Bw
     const Idx w = Idx(base + lane);
     RepairJob<T, Idx> job[2];
     bool need[2] = {false, false};
+    uint4 tl = make_uint4(0u, 0u, 0u, kNoTieList << 16);  // the carry job's tie list, if any
     if (lane < G && w < Idx(W)) {
       const TileRecords<Idx> tr = tile_records(q, tile_i, tile_j, w, U);
       if (tr.has_head) {
@@ -718,6 +784,10 @@ __global__ void __launch_bounds__(256) flat_maxmin_repair(StatsFn<T, Idx> sf, Bw
         const Idx* rec = keep_carry(q, tr.carry_t, titems, U) ? carry_keep : carry;
         job[1] = RepairJob<T, Idx>{tr.carry_t, rec[w], tr.carry_jb, tr.carry_je, {}};
         need[1] = repair_needed(sf, bf, stats, Idx(1), Idx(0), job[1]);
+        // A full tile (flat_maxmin_bwd's test): its carry job is the whole tile,
+        // [j0, j0 + kTile), whose ties the fused kernel listed (split only).
+        const bool full = tile_i[w + 1] == tile_i[w] && tile_j[w + 1] - tile_j[w] == Idx(kTile<T>);
+        if (need[1] && full && sf.tie == 0) tl = tie_rec[w];
       }
     }
 #pragma unroll
@@ -732,7 +802,17 @@ __global__ void __launch_bounds__(256) flat_maxmin_repair(StatsFn<T, Idx> sf, Bw
         j.c.y = __shfl_sync(kFull, job[k].c.y, src);
         j.c.stat = __shfl_sync(kFull, job[k].c.stat, src);
         j.c.real = true;  // repair_needed: a real segment
-        if (sf.tie == 0 && vec) {
+        uint4 lst = make_uint4(0u, 0u, 0u, kNoTieList << 16);
+        if (k == 1) {
+          lst.x = __shfl_sync(kFull, tl.x, src);
+          lst.y = __shfl_sync(kFull, tl.y, src);
+          lst.z = __shfl_sync(kFull, tl.z, src);
+          lst.w = __shfl_sync(kFull, tl.w, src);
+        }
+        const unsigned nl = tie_list_count(lst);
+        if (nl <= unsigned(kTieList)) {  // split, a full tile: its listed ties only (j.jb is its j0)
+          if (lane < int(nl)) gi[j.jb + Idx(tie_list_at(lst, lane))] = split_tied_value(bf, j.c);
+        } else if (sf.tie == 0 && vec) {
           repair_split_flat_vec(bf, j.c, x, gi, j.jb, j.je, lane);
         } else if (sf.tie == 0) {
           const T tied = split_tied_value(bf, j.c);

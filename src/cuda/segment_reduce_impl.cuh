@@ -353,13 +353,14 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
   Idx* carry = c.arena->take<Idx>(g.workers * c.inner);
   Idx* head = c.arena->take<Idx>(g.workers * c.inner);
   Idx* keep = c.arena->take<Idx>(g.workers * c.inner);
+  uint4* tie_rec = g.flat ? c.arena->take<uint4>(g.workers) : nullptr;  // flat: full tiles' ties (split)
   if (g.flat) {
     auto k = flat_maxmin_bwd<T, Idx>;
     const size_t spw = flat_smem_per_warp<T, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_maxmin_bwd");
     const int64_t grid = detail::ceil_div(g.workers, block / 32);
     launch_main(c, k, grid, block, spw * (block / 32), sf, bf, x, gi, q, W, Idx(g.positions),
-                tile_i, tile_j, carry, keep, head, Idx(g.items), Idx(g.segs));
+                tile_i, tile_j, carry, keep, head, tie_rec, Idx(g.items), Idx(g.segs));
     check_launch("flat_maxmin_bwd");
     record(c.path, grid, block);
   } else {
@@ -384,7 +385,7 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
   if (g.flat) {
     flat_maxmin_repair<T, Idx><<<unsigned(rgrid), 256, 0, c.stream>>>(
         sf, bf, x, gi, q, tile_i, tile_j, W, Idx(g.segs), Idx(g.items), static_cast<const Idx*>(carry),
-        static_cast<const Idx*>(keep), static_cast<const Idx*>(head), stats, G);
+        static_cast<const Idx*>(keep), static_cast<const Idx*>(head), stats, static_cast<const uint4*>(tie_rec), G);
     check_launch("flat_maxmin_repair");
   } else {
     feat_maxmin_repair<T, Idx><<<unsigned(rgrid), 256, 0, c.stream>>>(
@@ -407,7 +408,8 @@ size_t run_scratch_bytes(const LaunchCtx& c, Direction dir, Reduce reduce) {
   if (dir == Direction::Fwd) return 2 * Arena::bytes<A>(tiles);
   if (reduce == Reduce::Prod) return sizeof(D) < sizeof(A) ? Arena::bytes<A>(c.outer * c.L * c.inner) : 0;
   if (reduce == Reduce::Max || reduce == Reduce::Min)
-    return Arena::bytes<Idx>(c.outer * c.S * c.inner) + 3 * Arena::bytes<Idx>(tiles);  // stats; carry, head, keep
+    return Arena::bytes<Idx>(c.outer * c.S * c.inner) + 3 * Arena::bytes<Idx>(tiles) +  // stats; carry, head, keep
+           (c.geo.flat ? Arena::bytes<uint4>(tiles) : 0);                                // flat: tie lists
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "src/core/segment_geometry.h"
@@ -385,6 +386,60 @@ TEST(CudaSegmentReduceMaxBwd, RepairListLongSparseTies) {
       }
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.flat.i32"));
   EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.features.i32"));
+}
+
+// Session 32, the tie lists of full flat tiles (flat_maxmin_full_tile keeps up to
+// kTieList = 7 tied positions of a tile for split's repair, which then stores to them
+// without reading x; with more it re-reads the tile). One segment of 12 tiles (tiles
+// 1-11 of the row are full) after a short one and e empty ones: e = 0..8 moves the
+// full tiles' first position through every alignment of a 16-byte vector (the first
+// vector's positions before the tile, the scalars past the last round). Ties at tile
+// offsets: 7 (the list full), 8 (one past: the re-read), the last one or two offsets
+// (the scalar tail where the alignment leaves one), the first one or two, one in the
+// middle, none; and one in the first, partial tile (a staged tile's carry), so every
+// listed tile's count differs from the segment's total.
+TEST(CudaSegmentReduceMaxBwd, FullTileTieLists) {
+  SEGRED_NEED_GPU();
+  std::mt19937_64 rng(97);
+  std::set<std::string> reached;
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float64, DType::Float16})
+    for (DType index : {DType::Int32, DType::Int64}) {
+      if ((t == DType::Float64 || t == DType::Float16) && index == DType::Int64) continue;
+      const int64_t T = tile_items(t, 1);
+      const std::map<int64_t, std::vector<int64_t>> ties{
+          {1, {0, 1, 2, T / 2, T - 3, T - 2, T - 1}},
+          {2, {3, 9, 17, T / 3, T / 2, T - 40, T - 5, T - 1}},
+          {3, {T - 1}},
+          {4, {T - 2, T - 1}},
+          {5, {0}},
+          {6, {0, 1}},
+          {8, {T / 2}},
+          {9, {0, T - 1}},
+          {10, {5, 6, 7, 8, 9, 10, 11}},
+      };
+      const int step = dtype_size(t) == 2 ? 1 : 3;
+      for (int e = 0; e <= 8; e += step) {
+        std::vector<int64_t> lens{5};
+        for (int k = 0; k < e; ++k) lens.push_back(0);
+        const int64_t s = int64_t(lens.size());  // the long segment; its position j is merge item j + s + 1
+        lens.push_back(12 * T + 3);
+        lens.push_back(4);
+        int64_t L = 0;
+        for (int64_t n : lens) L += n;
+        std::vector<char> tie(size_t(L), 0);
+        for (const auto& [k, offs] : ties)
+          for (int64_t r : offs) tie[size_t(k * T + r - s - 1)] = 1;
+        tie[size_t(5 + 2)] = 1;  // the first, partial tile
+        std::uniform_int_distribution<int> bg(-7, 7);
+        std::vector<double> back(size_t(L));
+        for (auto& v : back) v = bg(rng) / 8.0;
+        SCOPED_TRACE(::testing::Message() << "empty segments before the long one: " << e);
+        run_lens(t, 1, index, lens,
+                 [&](int64_t j, bool mx) { return tie[size_t(j)] ? (mx ? 9.0 : -9.0) : back[size_t(j)]; }, rng,
+                 reached);
+      }
+    }
+  EXPECT_TRUE(reached.count("segment_reduce.bwd.cuda.flat.i32"));  // int64 metadata at this size: i32 too
 }
 
 // Session 30, the feature kernel's tie-bit window (64 rows where a lane holds at most
