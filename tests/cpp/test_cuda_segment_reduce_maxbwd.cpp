@@ -426,12 +426,12 @@ TEST(CudaSegmentReduceMaxBwd, FullTileTieLists) {
         lens.push_back(4);
         int64_t L = 0;
         for (int64_t n : lens) L += n;
-        std::vector<char> tie(size_t(L), 0);
+        std::vector<char> tie(static_cast<size_t>(L), 0);
         for (const auto& [k, offs] : ties)
           for (int64_t r : offs) tie[size_t(k * T + r - s - 1)] = 1;
         tie[size_t(5 + 2)] = 1;  // the first, partial tile
         std::uniform_int_distribution<int> bg(-7, 7);
-        std::vector<double> back(size_t(L));
+        std::vector<double> back(static_cast<size_t>(L));
         for (auto& v : back) v = bg(rng) / 8.0;
         SCOPED_TRACE(::testing::Message() << "empty segments before the long one: " << e);
         run_lens(t, 1, index, lens,
