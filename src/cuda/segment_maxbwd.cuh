@@ -27,11 +27,14 @@
 //       first/last: rewrite the one position the tile wrote g to (its local
 //       first/last tied position), which is not the winner: 0. With random data a
 //       crossing segment's ties lie in one tile, whose local record equals the
-//       total: nothing is re-read. An all-equal long segment rewrites its tiles
-//       (correct, one more read of that segment).
+//       total: nothing is re-read. Where they do not, a full flat tile's tied
+//       positions come from the tie list the fused kernel left (up to kTieList a
+//       tile, session 32), so only a tile with more ties (an all-equal segment)
+//       or a staged tile's crossing part is read again.
 // Bytes: x read once (the repair reads only records and the rare re-written
 // parts), gi written once, plus 2 Idx records per (tile, feature) written and
-// read by the fix-up and by the repair (3 for tiles of segments > kShortFix tiles).
+// read by the fix-up and by the repair (3 for tiles of segments > kShortFix tiles),
+// and a 16-byte tie list per flat tile (written by full tiles under split).
 #pragma once
 #include "src/cuda/segment_kernels.cuh"
 
