@@ -72,9 +72,9 @@ struct MaxminOut {
   A y;
   T tied;
   Idx at;
-  __device__ __forceinline__ T elem(bool split, Idx j, T raw) const {
-    return of_tie(split, j, ops::is_extremum(A(ld(raw)), y));
-  }
+  __device__ __forceinline__ T elem(bool split, Idx j, T raw) const { return of_tie(split, j, is_tie(raw)); }
+  // The tie predicate of a position of this segment (is_extremum against the output).
+  __device__ __forceinline__ bool is_tie(T raw) const { return ops::is_extremum(A(ld(raw)), y); }
   // elem of a position whose tie predicate is known (t: StatsFn::tied, which also
   // holds only for a real segment, whose `tied` is then its own).
   __device__ __forceinline__ T of_tie(bool split, Idx j, bool t) const {
@@ -213,7 +213,6 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
                                                       Idx j0, const Idx* __restrict__ q, Idx* __restrict__ carry,
                                                       Idx* __restrict__ carry_keep, uint4* __restrict__ tie_rec,
                                                       Idx titems, Idx U, int lane) {
-  using A = dacc_t<T>;
   constexpr int VE = kVecE<T>, R = kTile<T> / (32 * VE);
   const bool vx = aligned16_dev(x);
   const Idx stat = flat_fold_coalesced(sf, sf.ctx(i0, 0), x, j0, vx, lane);
@@ -235,7 +234,7 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
       unsigned tm = 0;  // bit e: position rel + e is tied (m.elem's predicate)
 #pragma unroll
       for (int e = 0; e < VE; ++e) {
-        const bool t = ops::is_extremum(A(ld(v.v[e])), m.y);
+        const bool t = m.is_tie(v.v[e]);
         out.v[e] = m.of_tie(split, jb + Idx(rel + e), t);
         tm |= unsigned(t) << e;
       }
@@ -253,7 +252,7 @@ __device__ __forceinline__ void flat_maxmin_full_tile(const StatsFn<T, Idx>& sf,
     if (lane == 0)
       for (int e = 0; e < o; ++e) {
         const Idx j = jb + Idx(kTile<T> + e);
-        const bool t = ops::is_extremum(A(ld(x[j])), m.y);
+        const bool t = m.is_tie(x[j]);
         gi[j] = m.of_tie(split, j, t);
         tt |= unsigned(t) << e;
       }
