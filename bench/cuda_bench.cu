@@ -14,6 +14,8 @@
 // SegmentTestCaps::feat_items, in place of the plan's feat_items_rule; 0 the rule),
 // --feat-half-vec N (session 29: SegmentTestCaps::feat_half_vec, the 16-bit feature
 // forwards' vector width: 0 the rule, 1 16-byte vectors, 2 8-byte half vectors),
+// --prep-spec N (session 33: SegmentTestCaps::prep_spec for every call, e.g. 4 the
+// partition scattered by the segments; the fixed-cost table's modes restore it),
 // --items-sweep N,N,... (session 26: feature cases only, nothing else timed: per case,
 // dtype, reduce and direction, every listed items value (0: the plan's rule) timed in
 // --sweep-rounds rounds (default 3), the list's order rotated each round; SWEEP lines:
@@ -42,6 +44,8 @@ using namespace segred;
 namespace {
 
 int g_reps = 20;
+int g_prep_spec = -1;  // --prep-spec (SegmentTestCaps::prep_spec; -1: its default)
+int g_prep_default = 5;  // the prep_spec the calls run with (restored after the fixed-cost table)
 std::string g_only_reduce;  // --reduce sum|max: that reduce only (e.g. for Nsight Compute's first launches)
 int g_feat_items = 0;  // --feat-items: SegmentTestCaps::feat_items of every call (0: the plan's rule)
 int g_feat_half_vec = 0;  // --feat-half-vec: SegmentTestCaps::feat_half_vec (0 the rule, 1 full, 2 half vectors)
@@ -376,14 +380,14 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
       }
     }
     {  // session 15: a call's fixed cost, same process, the six forms timed back to back: {prep_spec, pdl} =
-       // the default (raw offsets before prepare's grid.sync, the dependent launch where pdl_pays: session 16),
-       // the dependent launch always (session 15's default), then without it: the default's partition, prepare's
-       // partition from the raw offsets after the sync / from q after it (sessions 5-14), prepare's rule
+       // the default (session 33: prep_scatter_rule's partition, the dependent launch where pdl_pays: session
+       // 16), the dependent launch always (session 15's), then without it: the raw offsets searched before
+       // prepare's grid.sync (sessions 15-32's default), after it, q after it (sessions 5-14), the scatter (4)
       auto& caps = segred::detail::segment_test_caps();
       auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
       auto bwd = [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); };
       constexpr int kModes = 6;
-      const int modes[kModes][2] = {{0, 0}, {0, 1}, {0, 2}, {3, 2}, {2, 2}, {1, 2}};
+      const int modes[kModes][2] = {{5, 0}, {5, 1}, {0, 2}, {3, 2}, {2, 2}, {4, 2}};
       double f[kModes], b[kModes];
       for (int m = 0; m < kModes; ++m) {
         caps.prep_spec = modes[m][0];
@@ -391,7 +395,7 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
         f[m] = median_ms(fwd, g_reps);
         b[m] = median_ms(bwd, g_reps);
       }
-      caps.prep_spec = 0;
+      caps.prep_spec = g_prep_default;
       caps.pdl = 0;
       for (int d = 0; d < 2; ++d) {
         std::printf("PREP\t%s\t%s\t%s\t%s", c.name.c_str(), std::string(dtype_name(dt)).c_str(), rname,
@@ -429,6 +433,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--graph")) g_graph = true;
     else if (!std::strcmp(argv[i], "--feat-items") && i + 1 < argc) g_feat_items = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--feat-half-vec") && i + 1 < argc) g_feat_half_vec = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--prep-spec") && i + 1 < argc) g_prep_spec = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sweep-rounds") && i + 1 < argc) g_sweep_rounds = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--items-sweep") && i + 1 < argc) {
       for (const char* t = argv[++i]; *t;) {
@@ -439,6 +444,11 @@ int main(int argc, char** argv) {
     }
   }
   segred::detail::segment_test_caps().feat_items = g_feat_items;
+  if (g_prep_spec >= 0) {
+    segred::detail::segment_test_caps().prep_spec = g_prep_spec;
+    std::printf("PREP_SPEC\t%d\n", g_prep_spec);
+  }
+  g_prep_default = segred::detail::segment_test_caps().prep_spec;
   if (g_feat_items > 0) std::printf("FEAT_ITEMS\t%d\n", g_feat_items);
   segred::detail::segment_test_caps().feat_half_vec = g_feat_half_vec;
   if (g_feat_half_vec > 0) std::printf("FEAT_HALF_VEC\t%d\n", g_feat_half_vec);

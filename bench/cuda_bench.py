@@ -240,13 +240,13 @@ def main():
         # Session 15: a call's fixed cost, six forms timed back to back in one process
         # (SegmentTestCaps {prep_spec, pdl}; bench/cuda_bench.cu).
         table += ("\nA call's fixed cost (segred only, ms, same process, the six forms of each row timed back to "
-                  "back): default = prepare's partition of an offsets call from the raw offsets before its "
-                  "grid.sync and the main kernel as a programmatic dependent launch where pdl_pays says so (the "
-                  "rows above); pdl always = the same with the dependent launch on every call (session 15's "
-                  "default); then without the dependent launch: the default's partition (raw before), the raw "
-                  "offsets after the sync (raw after), q after the sync (old, sessions 5-14), prepare's rule "
-                  "(before or after the sync by the share of scanning blocks; rule):\n\n"
-                  "| case | dtype | reduce | dir | default | pdl always | raw before | raw after | old | rule | "
+                  "back): default = prepare's partition of an offsets call by prep_scatter_rule (session 33: "
+                  "scattered by the segments, or searched from the raw offsets before its grid.sync) and the "
+                  "main kernel as a programmatic dependent launch where pdl_pays says so (the rows above); pdl "
+                  "always = the same with the dependent launch on every call; then without the dependent "
+                  "launch: the raw offsets searched before the sync (raw before, sessions 15-32's default), "
+                  "after it (raw after), q after the sync (old, sessions 5-14), scattered (scatter):\n\n"
+                  "| case | dtype | reduce | dir | default | pdl always | raw before | raw after | old | scatter | "
                   "default - old us |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in prep_rows:
             v = [float(x) for x in r[4:10]]

@@ -93,7 +93,9 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // phase, before the grid.sync, 1 prepare's rule (before or after by the share of
 // scanning blocks), 2 from q after the grid.sync (sessions 5-14), 3 from the raw
 // offsets after the grid.sync (prepare's rule, 1, lost 8-12 us on
-// 1d_one2^26_1Mx1 fp32 in session 16's timing and is not the default). pdl: 0
+// 1d_one2^26_1Mx1 fp32 in session 16's timing and is not the default), 4 scattered
+// by the segments (session 33: no search; prep_scatter_rule below), 5 (default since
+// session 33) the rule: 4 where prep_scatter_rule says so, else 0. pdl: 0
 // (default since session 16) the rule (pdl_pays: not for a grid between one
 // block per SM and one full wave, where session 16 timed the dependent launch
 // 6-9 us slower on 2d_x16_f4 fp32 sum), 1 always (session 15's default), 2 never:
@@ -104,7 +106,7 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 struct SegmentTestCaps {
   std::atomic<int> fused_fixup{0};
   std::atomic<int> feat_items{0};
-  std::atomic<int> prep_spec{0};
+  std::atomic<int> prep_spec{5};
   std::atomic<int> pdl{0};
   std::atomic<int> flat_direct{0};
   std::atomic<int> repair_tiles{0};  // > 0: tiles per warp of the flat max/min repair (1..32; 0: the rule)
@@ -139,6 +141,29 @@ constexpr int repair_tiles_per_warp(int64_t tiles) {
   int g = 1;
   while (g < 32 && (tiles + g - 1) / g > kRepairWaveWarps) g *= 2;
   return g;
+}
+
+// Session 33: prepare's partition of an offsets call (src/cuda/segment_reduce.cu,
+// prep_spec 4 and 5). Scattered by the segments, each boundary is written by the
+// thread that loads the offsets around it in prepare's first phase: no search, so no
+// chain of dependent loads that the whole grid waits for at the grid.sync (1d_200k_exp40
+// prepare 19 -> 11 us, rows 0.76-0.84x; 1d_one2^26_1Mx1 rows 0.90-0.94x; H100, bench/
+// NOTES.md session 33). It costs where the search was cheap and the scatter is not:
+//   - more than kScatterRounds rounds of metadata a scan block (phase 0 is then the
+//     critical path, and the scatter lengthens each round; 1d_2Mx32: 4 rounds, rows
+//     1.04-1.09x, where the proportional guess made each search ~4 probes);
+//   - segments spanning kScatterLongTiles tiles or more on average (each leaves a record
+//     that the grid writes after the grid.sync; 1d_64x1M: rows 1.12-1.19x, where the
+//     searches hit the proportional guess).
+// meta_items: metadata entries (outer x k), scan_blocks: prepare's scanning blocks
+// (~kPrepItemsPerBlock entries each), tile_items: merge items per tile.
+constexpr int64_t kScatterRounds = 2;
+constexpr int64_t kScatterRoundItems = 1024;  // prepare's kPrepTile
+constexpr int64_t kScatterLongTiles = 16;     // prepare's kScatterWrites
+inline bool prep_scatter_rule(int64_t meta_items, int64_t scan_blocks, int64_t positions, int64_t tile_items) {
+  if (meta_items <= 0 || scan_blocks <= 0 || tile_items <= 0) return false;
+  return ceil_div(meta_items, scan_blocks) <= kScatterRounds * kScatterRoundItems &&
+         positions / meta_items < kScatterLongTiles * tile_items;
 }
 
 // The fused fix-up saves the fixup_tree launch (3-20 us) but makes each tile that

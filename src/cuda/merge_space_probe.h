@@ -22,6 +22,9 @@ struct MergeSpaceProbe {
   std::vector<int64_t> tile_i, tile_j;  // W + 1 entries each (empty without tiles)
   int64_t long_count = -1;              // the fix-up counter after prepare (0), -1 without tiles
   int64_t long_flag = -1;   // prepare's "a crossing segment may span > kShortFix tiles" (0/1), -1 without tiles
+  // prep_spec 4 (session 33): 1 scattered, 2 scattered with long segments' records, 3 too many
+  // records (the search after the sync); 0 another form, or the scan ran; -1 without tiles
+  int scatter_form = -1;
   int sm_count = 0, feat_blocks_per_sm = 0;  // the wave fit's device facts the call planned with (SegmentProblem)
 };
 

@@ -177,8 +177,31 @@ struct PrepArgs {
   unsigned long long* fuse_pub = nullptr;  // flat_reduce's fused fix-up slots, zeroed here
   int64_t fuse_n = 0;
   int spec = 0;                  // offsets' partition (SegmentTestCaps::prep_spec): 0 from the raw offsets
-                                 // before the grid.sync, 1 the rule below, 2 from q after it, 3 raw after
+                                 // before the grid.sync, 1 the rule below, 2 from q after it, 3 raw after,
+                                 // 4 scattered by the segments (session 33, below)
+  Idx* srec = nullptr;           // spec 4: kScatterRecs records (v, wa, wb) per scan block
 };
+
+// Session 33, prep_spec 4: the partition scattered by the segments instead of
+// searched by the boundaries. The end item of merge-space segment v sits at merge
+// index e_v = ends[v] + v (strictly increasing), and a boundary d = w * items
+// splits at i = #{v : e_v < d} (merge_search's answer: its predicate ends[m] <=
+// d - m - 1 is e_m < d). So the boundaries with d in (e_{v-1}, e_v] are exactly
+// those with i = v, j = d - v: the thread that holds offsets v - 1 and v in
+// registers (phase 0 loads them anyway) writes them, without a dependent search
+// (a search is a chain of global loads: ~17 on 1d_200k_exp40, whose searching
+// blocks the whole grid then waits for at the grid.sync; ncu source counters,
+// bench/NOTES.md session 33). A segment holding more than kScatterWrites
+// boundaries leaves a record (v, first boundary left, last) that the whole grid
+// writes after the grid.sync; more than kScatterRecs records in a block, or more
+// than kScatterBlocks blocks with records, and the call takes spec 3's search from
+// the raw offsets after the sync instead (same tiles). Offsets that drop go to the
+// scan as before, which redoes the partition from q.
+constexpr int kScatterWrites = 16;
+static_assert(kScatterWrites == detail::kScatterLongTiles && kPrepTile == detail::kScatterRoundItems,
+              "prep_scatter_rule's constants are prepare's");
+constexpr int kScatterRecs = 64;
+constexpr int kScatterBlocks = 64;
 
 // The segment ends of the merge space read from the raw offsets: ends[v] = q[v + 1]
 // as the speculative pass writes it (row base + clamped offset; the last entry
@@ -242,6 +265,10 @@ template <class Idx>
 __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
   __shared__ KV s_wagg[kPrepWarps];  // pass 0's warp aggregates, read again in pass 1
   __shared__ KV s_pre[kPrepWarps];   // pass 1: the warps' folds of the earlier blocks' aggregates
+  __shared__ int s_nrec, s_nlblk;    // spec 4: this block's records; blocks with records (after the sync)
+  __shared__ int s_lblk[kScatterBlocks];
+  __shared__ int s_rpre[kScatterBlocks + 1];  // after the sync: the listed blocks' records, prefix sums
+  __shared__ Idx s_rec[3 * kPrepBlock];       // after the sync: one record a thread, read by the block
   const ScanOp op{a.L, a.lengths};
   const KV empty{-1, 0};
   const int tid = int(threadIdx.x);
@@ -280,11 +307,55 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
   if (gtid == 0) {
     a.q[0] = 0;
     a.q[a.outer * (a.S + 1) + 1] = Idx(a.outer * a.L);
-    if (a.long_count) a.long_count[0] = a.long_count[1] = 0;
+    if (a.long_count) a.long_count[0] = a.long_count[1] = a.long_count[2] = 0;
   }
   bool need_scan = a.lengths;
   bool raw_after = false;  // the partition (3) from the raw offsets: offsets without a drop
   if (!a.lengths) {
+    // spec 4 (session 33): the partition scattered by the segments (kScatterWrites above).
+    const bool scatter = a.W >= 0 && a.spec == 4 && nscan > 0;
+    bool scat_long = false;
+    if (scatter) {
+      if (tid == 0) s_nrec = s_nlblk = 0;
+      __syncthreads();  // uniform: nscan and a.spec are the grid's
+    }
+    // floor(e / items) for e >= -1 without a 64-bit division: the double quotient is
+    // within 1 of it for e < 2^52, and one step corrects it.
+    const double inv_items = a.items > 0 ? 1.0 / double(a.items) : 0.0;
+    auto floor_items = [&](int64_t e) {
+      if (e < 0) return int64_t(-1);
+      int64_t f = int64_t(double(e) * inv_items);
+      if (f * a.items > e)
+        --f;
+      else if ((f + 1) * a.items <= e)
+        ++f;
+      return f;
+    };
+    // Boundaries w in (f, e / items] of segment v, whose end item is at merge
+    // index e; f: the last boundary before it (floor(e_{v-1} / items), -1 for v = 0).
+    auto scatter_seg = [&](int64_t v, int64_t e, int64_t& f) {
+      int64_t w = f + 1;
+      for (int n = 0; n < kScatterWrites && w < a.W && w * a.items <= e; ++n, ++w) {
+        a.tile_i[w] = Idx(v);
+        a.tile_j[w] = Idx(w * a.items - v);
+      }
+      int64_t fn = w - 1;
+      if (w < a.W && w * a.items <= e) {  // the rest after the grid.sync
+        fn = floor_items(e);
+        if (fn > a.W - 1) fn = a.W - 1;
+        const int s = atomicAdd(&s_nrec, 1);
+        if (s < kScatterRecs) {
+          Idx* r = a.srec + 3 * (b * kScatterRecs + s);
+          r[0] = Idx(v);
+          r[1] = Idx(w);
+          r[2] = Idx(fn);
+        }
+      }
+      // partition_tiles' long test for the segment open at these boundaries:
+      // its carries from tile max(f, 0) (= (v - 1 + q[v]) / items), its end in tile fn.
+      if (fn > f && a.long_count && fn - (f > 0 ? f : 0) >= kShortFix) scat_long = true;
+      if (fn > f) f = fn;
+    };
     // 0. Offsets, speculative: q = row base + clamped offset, which is the
     // running max when the clamped offsets do not drop within a row; a block
     // that sees a drop (the item before its range included) raises its flag.
@@ -294,9 +365,15 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
         KV x[kPrepIpt];
         load(base, x);
         const int64_t idx0 = base + tid * kPrepIpt;
+        int64_t ep = -1;  // spec 4: the merge index of the end item before idx0 (none for idx0 = 0)
         if (idx0 < hi) {
           const int64_t r0 = idx0 / a.k, c0 = idx0 - r0 * a.k;
-          if (c0 > 0 && clampv(a.m.read(r0, c0 - 1)) > x[0].v) drop = 1;
+          if (c0 > 0 || (scatter && r0 > 0)) {  // the item before (in the row before when c0 = 0)
+            const int64_t rp = c0 > 0 ? r0 : r0 - 1;
+            const int64_t vp = clampv(a.m.read(rp, c0 > 0 ? c0 - 1 : a.k - 1));
+            if (c0 > 0 && vp > x[0].v) drop = 1;
+            ep = rp * a.L + vp + idx0 - 1;
+          }
         }
 #pragma unroll
         for (int i = 0; i < kPrepIpt; ++i) {
@@ -304,6 +381,21 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
           if (i > 0 && x[i - 1].k == x[i].k && x[i - 1].v > x[i].v) drop = 1;
           const int64_t idx = idx0 + i;
           a.q[lead + x[i].k * (a.S + 1) + (idx - x[i].k * a.k)] = Idx(x[i].k * a.L + x[i].v);
+        }
+        if (scatter && idx0 < hi) {
+          int64_t f = floor_items(ep);
+#pragma unroll
+          for (int i = 0; i < kPrepIpt; ++i)
+            if (x[i].k >= 0) scatter_seg(idx0 + i, x[i].k * a.L + x[i].v + idx0 + i, f);
+          if (idx0 <= items - 1 && items - 1 < idx0 + kPrepIpt) {
+            // The last metadata item's thread: the tail segment v = items (ends = outer L,
+            // so e = N + U - 1), then the boundaries at the merge space's end (d = U + N).
+            scatter_seg(items, int64_t(a.nel) + int64_t(a.nseg) - 1, f);
+            for (int64_t w = f + 1; w <= a.W; ++w) {
+              a.tile_i[w] = a.nseg;
+              a.tile_j[w] = a.nel;
+            }
+          }
         }
       }
     }
@@ -324,10 +416,24 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
       spec_long = partition_tiles(a, e, StartsOf<RawEnds>{e}, gtid, gstride);
     }
     drop = __syncthreads_or(drop);
-    if (scanning && tid == 0) a.flags[b] = drop;
+    // flags[b]: bit 0 a drop; spec 4: above it the block's records (kScatterRecs + 1: too many)
+    if (scanning && tid == 0)
+      a.flags[b] = drop | (scatter ? (s_nrec < kScatterRecs + 1 ? s_nrec : kScatterRecs + 1) << 1 : 0);
     grid.sync();
-    int any = 0;
-    for (int64_t j = tid; j < nscan; j += kPrepBlock) any |= __ldcg(a.flags + j);
+    int any = 0, ovf = 0;
+    for (int64_t j = tid; j < nscan; j += kPrepBlock) {
+      const int fl = __ldcg(a.flags + j);
+      any |= fl & 1;
+      if (scatter && (fl >> 1) > kScatterRecs) {
+        ovf = 1;
+      } else if (scatter && (fl >> 1) > 0) {
+        const int s = atomicAdd(&s_nlblk, 1);
+        if (s < kScatterBlocks)
+          s_lblk[s] = int(j);
+        else
+          ovf = 1;
+      }
+    }
     need_scan = __syncthreads_or(any) != 0;  // the same in every block
     // No drop: the speculative tiles are the partition of q. The long flag is
     // written after the grid.sync, so thread 0's zeroing above cannot undo it.
@@ -335,7 +441,47 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
       if (spec_long) a.long_count[1] = 1;  // every writer writes 1
       return;
     }
-    raw_after = !need_scan && (a.spec == 1 || a.spec == 3);
+    const bool scat_ovf = scatter && __syncthreads_or(ovf) != 0;
+    if (scatter && gtid == 0 && !need_scan)  // the form taken, for the tests (MergeSpaceProbe)
+      a.long_count[2] = scat_ovf ? 3u : s_nlblk > 0 ? 2u : 1u;
+    if (scatter && !scat_ovf && !need_scan) {
+      // The long segments' boundaries, over the grid (any order: each w is written once).
+      // The records are read by the block, one a thread, into shared memory (read one
+      // after another, their loads were a chain of L2 round trips: 64 records took
+      // 1d_64x1M's prepare from 11 to 71 us, session 33 run 3).
+      const int nl = s_nlblk < kScatterBlocks ? s_nlblk : kScatterBlocks;
+      if (tid < nl) s_rpre[tid + 1] = __ldcg(a.flags + s_lblk[tid]) >> 1;
+      __syncthreads();
+      if (tid == 0) {
+        s_rpre[0] = 0;
+        for (int l = 0; l < nl; ++l) s_rpre[l + 1] += s_rpre[l];
+      }
+      __syncthreads();
+      const int nrec = s_rpre[nl];
+      for (int r0 = 0; r0 < nrec; r0 += kPrepBlock) {
+        const int r = r0 + tid;
+        if (r < nrec) {
+          int l = 0;
+          while (s_rpre[l + 1] <= r) ++l;  // nl <= kScatterBlocks
+          const Idx* rec = a.srec + 3 * (int64_t(s_lblk[l]) * kScatterRecs + (r - s_rpre[l]));
+#pragma unroll
+          for (int u = 0; u < 3; ++u) s_rec[3 * tid + u] = __ldcg(rec + u);
+        }
+        __syncthreads();
+        const int n = nrec - r0 < kPrepBlock ? nrec - r0 : kPrepBlock;
+        for (int k = 0; k < n; ++k) {
+          const int64_t v = s_rec[3 * k], wa = s_rec[3 * k + 1], wb = s_rec[3 * k + 2];
+          for (int64_t w = wa + gtid; w <= wb; w += gstride) {
+            a.tile_i[w] = Idx(v);
+            a.tile_j[w] = Idx(w * a.items - v);
+          }
+        }
+        __syncthreads();
+      }
+      if (scat_long) a.long_count[1] = 1;  // every writer writes 1
+      return;
+    }
+    raw_after = !need_scan && (a.spec == 1 || a.spec == 3 || a.spec == 4);
   }
   if (need_scan) {
     // Phases 1-2 are two passes of one loop over the block's range, cut into 8
@@ -529,7 +675,8 @@ template <class Idx>
 size_t prepare_bytes(const detail::SegmentGeometry& geo, int64_t scan_target, bool tiles) {
   size_t b = Arena::bytes<KV>(scan_target) + Arena::bytes<int>(scan_target) + Arena::bytes<Idx>(geo.segs + 1);
   if (tiles)
-    b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(2) +
+    b += 2 * Arena::bytes<Idx>(geo.workers + 1) + Arena::bytes<unsigned>(3) +
+         Arena::bytes<Idx>(3 * kScatterRecs * scan_target) +  // spec 4's records (offsets only; lengths leave it)
          Arena::bytes<Idx>(geo.workers / kShortFix + 1) +
          (geo.fused_fixup ? Arena::bytes<unsigned long long>(2 * (geo.workers + 1)) : 0);
   return b;
@@ -556,13 +703,21 @@ void run_prepare(const char* op, const detail::SegmentLayout& lay, const Segment
   a.nseg = Idx(geo.segs);
   a.nel = Idx(geo.positions);
   a.spec = detail::segment_test_caps().prep_spec.load(std::memory_order_relaxed);
+  const int64_t meta_items = lay.outer * m.sizes.back();
+  if (a.spec == 5)  // the rule (segment_geometry.h): scattered, or searched before the grid.sync
+    a.spec = tiles && !use_lengths && detail::prep_scatter_rule(meta_items, scan_target, geo.positions, geo.items)
+                 ? 4
+                 : 0;
+  if (tiles && !use_lengths && scan_target > 0) a.srec = c.arena->take<Idx>(3 * kScatterRecs * scan_target);
+  else if (a.spec == 4) a.spec = 3;  // nothing to scatter from: the search after the sync
   int64_t want = std::max<int64_t>(scan_target, detail::ceil_div(lay.outer, kPrepBlock));
   if (tiles) {
     a.W = geo.workers;
     a.items = geo.items;
     a.tile_i = c.arena->take<Idx>(geo.workers + 1);
     a.tile_j = c.arena->take<Idx>(geo.workers + 1);
-    a.long_count = c.arena->take<unsigned>(2);  // [0] fix-up counter, [1] a long crossing segment may exist
+    // [0] fix-up counter, [1] a long crossing segment may exist, [2] spec 4's form (probe_merge_space)
+    a.long_count = c.arena->take<unsigned>(3);
     c.long_list = c.arena->take<Idx>(geo.workers / kShortFix + 1);
     if (geo.fused_fixup) {  // flat_reduce's fused fix-up slots (the plan's variant), zeroed by prepare
       a.fuse_n = 2 * (geo.workers + 1);
@@ -785,11 +940,11 @@ MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, R
     };
     const auto q = back(c.q, c.geo.segs + 1);
     std::vector<Idx> ti, tj;
-    unsigned lc[2] = {0, 0};
+    unsigned lc[3] = {0, 0, 0};
     if (r.tiles) {
       ti = back(c.tile_i, c.geo.workers + 1);
       tj = back(c.tile_j, c.geo.workers + 1);
-      SEGRED_CUDA_CHECK(cudaMemcpyAsync(lc, c.long_count, 2 * sizeof(unsigned), cudaMemcpyDeviceToHost, s),
+      SEGRED_CUDA_CHECK(cudaMemcpyAsync(lc, c.long_count, 3 * sizeof(unsigned), cudaMemcpyDeviceToHost, s),
                         "probe_merge_space: copy");
     }
     SEGRED_CUDA_CHECK(cudaStreamSynchronize(s), "probe_merge_space: cudaStreamSynchronize");
@@ -797,6 +952,7 @@ MergeSpaceProbe probe_merge_space(const TensorView& data, const Segments& seg, R
     r.tile_i.assign(ti.begin(), ti.end());
     r.tile_j.assign(tj.begin(), tj.end());
     r.long_count = r.tiles ? int64_t(lc[0]) : -1;
+    r.scatter_form = r.tiles ? int(lc[2]) : -1;
     r.long_flag = r.tiles ? int64_t(lc[1]) : -1;
     c.arena = nullptr;
   };

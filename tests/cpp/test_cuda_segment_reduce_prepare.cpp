@@ -101,13 +101,15 @@ struct Meta {
 
 // SegmentTestCaps::prep_spec for one scope, how an offsets call without a drop
 // partitions: 0 from the raw offsets before prepare's grid.sync, 1 prepare's
-// rule, 2 from q after the sync, 3 from the raw offsets after it.
+// rule, 2 from q after the sync, 3 from the raw offsets after it, 4 scattered by
+// the segments before the sync (session 33; long segments' boundaries after it), 5
+// (the default) prep_scatter_rule's choice of 4 or 0.
 struct PrepSpec {
   int old;
   explicit PrepSpec(int v) : old(detail::segment_test_caps().prep_spec.exchange(v)) {}
   ~PrepSpec() { detail::segment_test_caps().prep_spec = old; }
 };
-constexpr int kPrepSpecModes[] = {0, 1, 2, 3};
+constexpr int kPrepSpecModes[] = {0, 1, 2, 3, 4, 5};
 
 void expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
                          Reduce red, Direction dir);
@@ -297,6 +299,101 @@ TEST(CudaSegmentReducePrepare, HugeSegmentBesideOneMillionOnes) {
   }
 }
 
+// Session 33: prep_spec 4 scatters the partition by the segments; each of its
+// three forms is reached and gives the reference tiles: no segment with more than
+// 16 boundaries (1), long segments' records written after the sync (2), and more
+// than 64 records in a block or more than 64 blocks with records, where the
+// search after the sync runs instead (3). Records at the merge space's start and
+// end (a long first segment, a long tail after the last offset) included.
+TEST(CudaSegmentReducePrepare, ScatterFormsEveryCase) {
+  SEGRED_NEED_GPU();
+  PrepSpec guard(4);
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    const int64_t items = dt == DType::BFloat16 ? 1024 : 512;
+    struct Case {
+      const char* name;
+      std::vector<int64_t> lens;
+      int64_t start, tail;  // positions before the first offset and after the last
+      int form;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"short", std::vector<int64_t>(3000, 16), 0, 0, 1});
+    cases.push_back({"short, offset start and tail", std::vector<int64_t>(3000, 16), 7, 5, 1});
+    {
+      std::vector<int64_t> l(3000, 16);
+      l[1234] = 40 * items + 5;
+      cases.push_back({"one long", l, 0, 0, 2});
+      l[0] = 17 * items;  // a long first segment and a long tail
+      cases.push_back({"long first and tail", l, 0, 20 * items + 3, 2});
+    }
+    {
+      std::vector<int64_t> l(100, 20 * items + 1);  // 100 records in one block
+      cases.push_back({"100 long in a block", l, 0, 0, 3});
+    }
+    {
+      std::vector<int64_t> l(70 * 1024, 1);  // one long segment in each of 70 scan blocks
+      for (size_t i = 500; i < l.size(); i += 1024) l[i] = 17 * items;
+      cases.push_back({"70 blocks with records", l, 0, 0, 3});
+    }
+    for (const Case& c : cases)
+      for (DType it : kIndexTypes)
+        for (bool unsafe : {true, false}) {
+          SCOPED_TRACE(::testing::Message() << c.name << " " << dtype_name(dt) << " " << dtype_name(it)
+                                            << (unsafe ? " unsafe" : " safe"));
+          const Meta m = offsets_of(c.lens, c.start);
+          const int64_t L = c.start + total(c.lens) + c.tail;
+          expect_prepare_once({L}, 0, dt, m, it, unsafe, Reduce::Sum, Direction::Fwd);
+          const Tensor data = Tensor::empty({L}, dt, kGpu);
+          const Tensor md = dev(make_index(m.v, m.shape, it));
+          Segments sd;
+          sd.offsets = md.view();
+          sd.unsafe = unsafe;
+          const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd);
+          ASSERT_EQ(p.items, items);
+          EXPECT_EQ(p.scatter_form, c.form);
+        }
+  }
+}
+
+// Session 33: the default (prep_spec 5) takes the scatter where prep_scatter_rule
+// says so and the search before the sync elsewhere, and each gives the reference
+// tiles: short segments in one round a scan block (scattered), 2M segments of 4 (four
+// rounds: searched), 64 segments of 40 tiles (long on average: searched), one long
+// segment among 3000 short ones (scattered, with a record).
+TEST(CudaSegmentReducePrepare, DefaultFollowsTheScatterRule) {
+  SEGRED_NEED_GPU();
+  PrepSpec guard(5);
+  const int64_t items = 512;  // float32 flat tiles
+  struct Case {
+    const char* name;
+    std::vector<int64_t> lens;
+    bool scatter;
+  };
+  std::vector<int64_t> one_long(3000, 16);
+  one_long[77] = 40 * items;
+  const Case cases[] = {{"3000 x 16", std::vector<int64_t>(3000, 16), true},
+                        {"2M x 4", std::vector<int64_t>(size_t(2) << 20, 4), false},
+                        {"64 x 40 tiles", std::vector<int64_t>(64, 40 * items), false},
+                        {"one long among 3000", one_long, true}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Meta m = offsets_of(c.lens);
+    const int64_t L = total(c.lens);
+    expect_prepare_once({L}, 0, DType::Float32, m, DType::Int64, true, Reduce::Sum, Direction::Fwd);
+    const Tensor data = Tensor::empty({L}, DType::Float32, kGpu);
+    const Tensor md = dev(make_index(m.v, m.shape, DType::Int64));
+    Segments sd;
+    sd.offsets = md.view();
+    sd.unsafe = true;
+    const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd);
+    ASSERT_EQ(p.items, items);
+    if (c.scatter)
+      EXPECT_GE(p.scatter_form, 1);
+    else
+      EXPECT_EQ(p.scatter_form, 0);
+  }
+}
+
 // The prod backward has no tiles and a 64-bit q.
 TEST(CudaSegmentReducePrepare, ProdBackwardQ64) {
   SEGRED_NEED_GPU();
@@ -365,7 +462,7 @@ TEST(CudaSegmentReducePrepare, InvalidMetadata) {
 TEST(CudaSegmentReducePrepare, LongSegmentFlag) {
   SEGRED_NEED_GPU();
   for (DType dt : {DType::Float32, DType::BFloat16})
-    for (int meta = 0; meta < 5; ++meta) {  // lengths; offsets with prep_spec = meta - 1
+    for (int meta = 0; meta < 7; ++meta) {  // lengths; offsets with prep_spec = meta - 1
       const int64_t items = dt == DType::BFloat16 ? 1024 : 512;
       PrepSpec guard(meta == 0 ? 0 : meta - 1);
       for (int64_t k : {int64_t(0), int64_t(28), int64_t(30), int64_t(31), int64_t(32), int64_t(33), int64_t(40)}) {

@@ -114,6 +114,32 @@ TEST(PlanCudaSegmentReduce, FusedFixupVariant) {
   caps.fused_fixup = 0;
 }
 
+// Session 33: prep_scatter_rule (src/core/segment_geometry.h), prepare's choice
+// between the partition scattered by the segments and the search before its
+// grid.sync: at most two rounds of 1024 metadata entries a scan block, and a mean
+// segment under 16 tiles. The benchmark's shapes on an H100 (528 scan blocks at most)
+// and both edges of each bound.
+TEST(PlanCudaSegmentReduce, PrepScatterRule) {
+  using detail::prep_scatter_rule;
+  const int64_t M = int64_t(1) << 20, cap = 528;
+  auto blocks = [&](int64_t meta) { return std::min(detail::ceil_div(meta, 1024), cap); };
+  auto rule = [&](int64_t meta, int64_t positions, int64_t tile) {
+    return prep_scatter_rule(meta, blocks(meta), positions, tile);
+  };
+  EXPECT_TRUE(rule(200001, 200000 * 40, 1024));          // 1d_200k_exp40
+  EXPECT_TRUE(rule(M + 2, (int64_t(1) << 26) + M, 1024));  // 1d_one2^26_1Mx1: 2 rounds
+  EXPECT_TRUE(rule(4097, 4096 * 16, 512));               // 1d_small_4kx16
+  EXPECT_FALSE(rule(2 * M + 1, 2 * M * 32, 1024));       // 1d_2Mx32: 4 rounds
+  EXPECT_FALSE(rule(65, 64 * M, 1024));                  // 1d_64x1M: 1M positions a segment
+  EXPECT_TRUE(prep_scatter_rule(2 * 1024 * cap, cap, 1, 512));  // two rounds exactly
+  EXPECT_FALSE(prep_scatter_rule(2 * 1024 * cap + 1, cap, 1, 512));
+  EXPECT_TRUE(prep_scatter_rule(10, 1, 10 * (16 * 512 - 1), 512));  // a mean just under 16 tiles
+  EXPECT_FALSE(prep_scatter_rule(10, 1, 10 * 16 * 512, 512));
+  EXPECT_FALSE(prep_scatter_rule(0, 0, 100, 512));  // no metadata: nothing to scatter from
+  EXPECT_FALSE(prep_scatter_rule(10, 1, 100, 0));
+  EXPECT_TRUE(prep_scatter_rule(int64_t(1) << 40, int64_t(1) << 30, int64_t(1) << 44, 32));  // no overflow
+}
+
 // Session 17: how flat_reduce reads a full tile without a segment end
 // (flat_form_rule, src/core/segment_geometry.h): 16-bit types coalesced (2);
 // float32 sum and mean coalesced from a mean segment length of kFlatCoalescedLen
