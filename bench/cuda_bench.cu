@@ -45,7 +45,6 @@ namespace {
 
 int g_reps = 20;
 int g_prep_spec = -1;  // --prep-spec (SegmentTestCaps::prep_spec; -1: its default)
-int g_prep_default = 5;  // the prep_spec the calls run with (restored after the fixed-cost table)
 std::string g_only_reduce;  // --reduce sum|max: that reduce only (e.g. for Nsight Compute's first launches)
 int g_feat_items = 0;  // --feat-items: SegmentTestCaps::feat_items of every call (0: the plan's rule)
 int g_feat_half_vec = 0;  // --feat-half-vec: SegmentTestCaps::feat_half_vec (0 the rule, 1 full, 2 half vectors)
@@ -384,6 +383,7 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
        // 16), the dependent launch always (session 15's), then without it: the raw offsets searched before
        // prepare's grid.sync (sessions 15-32's default), after it, q after it (sessions 5-14), the scatter (4)
       auto& caps = segred::detail::segment_test_caps();
+      const int prep_spec = caps.prep_spec;  // the calls' own (--prep-spec or the default), restored below
       auto fwd = [&](int i) { segment_reduce_out(X(i), red, seg, O(i)); };
       auto bwd = [&](int i) { segment_reduce_backward_out(G(i), O(i), X(i), red, seg, Tie::Split, GI(i)); };
       constexpr int kModes = 6;
@@ -395,7 +395,7 @@ void run_case(const Case& c, DType dt, const char* dir_out) {
         f[m] = median_ms(fwd, g_reps);
         b[m] = median_ms(bwd, g_reps);
       }
-      caps.prep_spec = g_prep_default;
+      caps.prep_spec = prep_spec;
       caps.pdl = 0;
       for (int d = 0; d < 2; ++d) {
         std::printf("PREP\t%s\t%s\t%s\t%s", c.name.c_str(), std::string(dtype_name(dt)).c_str(), rname,
@@ -448,7 +448,6 @@ int main(int argc, char** argv) {
     segred::detail::segment_test_caps().prep_spec = g_prep_spec;
     std::printf("PREP_SPEC\t%d\n", g_prep_spec);
   }
-  g_prep_default = segred::detail::segment_test_caps().prep_spec;
   if (g_feat_items > 0) std::printf("FEAT_ITEMS\t%d\n", g_feat_items);
   segred::detail::segment_test_caps().feat_half_vec = g_feat_half_vec;
   if (g_feat_half_vec > 0) std::printf("FEAT_HALF_VEC\t%d\n", g_feat_half_vec);

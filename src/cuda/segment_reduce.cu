@@ -335,14 +335,16 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
         ++f;
       return f;
     };
+    // Boundary w (d = w items) inside segment v: split at i = v, j = d - v.
+    auto put_tile = [&](int64_t w, int64_t v) {
+      a.tile_i[w] = Idx(v);
+      a.tile_j[w] = Idx(w * a.items - v);
+    };
     // Boundaries w in (f, e / items] of segment v, whose end item is at merge
     // index e; f: the last boundary before it (floor(e_{v-1} / items), -1 for v = 0).
     auto scatter_seg = [&](int64_t v, int64_t e, int64_t& f) {
       int64_t w = f + 1;
-      for (int n = 0; n < kScatterWrites && w < a.W && w * a.items <= e; ++n, ++w) {
-        a.tile_i[w] = Idx(v);
-        a.tile_j[w] = Idx(w * a.items - v);
-      }
+      for (int n = 0; n < kScatterWrites && w < a.W && w * a.items <= e; ++n, ++w) put_tile(w, v);
       int64_t fn = w - 1;
       if (w < a.W && w * a.items <= e) {  // the rest after the grid.sync
         fn = floor_items(e);
@@ -475,10 +477,7 @@ __global__ void __launch_bounds__(kPrepBlock, 4) prepare(PrepArgs<Idx> a) {
         const int n = nrec - r0 < kPrepBlock ? nrec - r0 : kPrepBlock;
         for (int k = 0; k < n; ++k) {
           const int64_t v = s_rec[3 * k], wa = s_rec[3 * k + 1], wb = s_rec[3 * k + 2];
-          for (int64_t w = wa + gtid; w <= wb; w += gstride) {
-            a.tile_i[w] = Idx(v);
-            a.tile_j[w] = Idx(w * a.items - v);
-          }
+          for (int64_t w = wa + gtid; w <= wb; w += gstride) put_tile(w, v);
         }
         __syncthreads();
       }

@@ -111,8 +111,8 @@ struct PrepSpec {
 };
 constexpr int kPrepSpecModes[] = {0, 1, 2, 3, 4, 5};
 
-void expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
-                         Reduce red, Direction dir);
+cuda::MergeSpaceProbe expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it,
+                                          bool unsafe, Reduce red, Direction dir);
 
 // prepare's outputs for data of `shape` (axis, dtype) and metadata m, against
 // the host reference, with every partition form (PrepSpec): offsets that drop
@@ -126,8 +126,9 @@ void expect_prepare(const Shape& shape, int64_t axis, DType dt, const Meta& m, D
   }
 }
 
-void expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it, bool unsafe,
-                         Reduce red, Direction dir) {
+// Returns the probe, for tests that also assert which form ran.
+cuda::MergeSpaceProbe expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta& m, DType it,
+                                          bool unsafe, Reduce red, Direction dir) {
   SCOPED_TRACE(::testing::Message() << "data " << shape_string(shape) << " axis " << axis << " " << dtype_name(dt)
                                     << (m.lengths ? " lengths " : " offsets ") << shape_string(m.shape) << " "
                                     << dtype_name(it) << (unsafe ? " unsafe" : " safe"));
@@ -151,12 +152,13 @@ void expect_prepare_once(const Shape& shape, int64_t axis, DType dt, const Meta&
   // The scan may run for lengths, and for offsets only when unsafe (validated
   // offsets never drop: q is the speculative pass alone).
   EXPECT_EQ(p.scan_tiles > 0, outer * k > 0 && (m.lengths || unsafe));
-  if (!p.tiles) return;
+  if (!p.tiles) return p;
   std::vector<int64_t> ti, tj;
   ref_partition(q, U, N, p.workers, p.items, ti, tj);
   EXPECT_TRUE(same_vec("tile_i", p.tile_i, ti));
   EXPECT_TRUE(same_vec("tile_j", p.tile_j, tj));
   EXPECT_EQ(p.long_count, 0);
+  return p;
 }
 
 Meta offsets_of(const std::vector<int64_t>& lens, int64_t start = 0) {
@@ -342,13 +344,7 @@ TEST(CudaSegmentReducePrepare, ScatterFormsEveryCase) {
                                             << (unsafe ? " unsafe" : " safe"));
           const Meta m = offsets_of(c.lens, c.start);
           const int64_t L = c.start + total(c.lens) + c.tail;
-          expect_prepare_once({L}, 0, dt, m, it, unsafe, Reduce::Sum, Direction::Fwd);
-          const Tensor data = Tensor::empty({L}, dt, kGpu);
-          const Tensor md = dev(make_index(m.v, m.shape, it));
-          Segments sd;
-          sd.offsets = md.view();
-          sd.unsafe = unsafe;
-          const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd);
+          const cuda::MergeSpaceProbe p = expect_prepare_once({L}, 0, dt, m, it, unsafe, Reduce::Sum, Direction::Fwd);
           ASSERT_EQ(p.items, items);
           EXPECT_EQ(p.scatter_form, c.form);
         }
@@ -379,13 +375,8 @@ TEST(CudaSegmentReducePrepare, DefaultFollowsTheScatterRule) {
     SCOPED_TRACE(c.name);
     const Meta m = offsets_of(c.lens);
     const int64_t L = total(c.lens);
-    expect_prepare_once({L}, 0, DType::Float32, m, DType::Int64, true, Reduce::Sum, Direction::Fwd);
-    const Tensor data = Tensor::empty({L}, DType::Float32, kGpu);
-    const Tensor md = dev(make_index(m.v, m.shape, DType::Int64));
-    Segments sd;
-    sd.offsets = md.view();
-    sd.unsafe = true;
-    const cuda::MergeSpaceProbe p = cuda::probe_merge_space(data.view(), sd);
+    const cuda::MergeSpaceProbe p =
+        expect_prepare_once({L}, 0, DType::Float32, m, DType::Int64, true, Reduce::Sum, Direction::Fwd);
     ASSERT_EQ(p.items, items);
     if (c.scatter)
       EXPECT_GE(p.scatter_form, 1);
