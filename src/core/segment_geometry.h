@@ -78,6 +78,8 @@ struct SegmentGeometry {
   bool fused_fixup = false;  // flat forward: fix-up inside flat_reduce (fused_fixup_rule)
   int flat_form = 0;         // flat forward: how a full tile without a segment end is read
                              // (flat_form_rule): 0 staged, 1 lane-contiguous, 2 coalesced
+  int flat_ended = 0;        // flat forward: how a tile with segment ends is walked
+                             // (flat_ended_rule): 0 staged by merge items, 1 by positions
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -119,6 +121,9 @@ struct SegmentTestCaps {
   // feat_vec_rule below): 0 the rule, 1 full 16-byte vectors, 2 half vectors (8-byte
   // loads: 4 features a lane for 16-bit types, 2 for float32) wherever inner allows.
   std::atomic<int> feat_half_vec{0};
+  // How the flat forward walks a tile with segment ends (session 34; flat_ended_rule
+  // below): 0 the rule, 1 the staged walk by merge items (sessions 1-33) for every dtype.
+  std::atomic<int> flat_ended{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;
@@ -280,6 +285,18 @@ inline int flat_form_rule(int esize, Reduce reduce, int64_t positions, int64_t s
   return esize == 4 && sum && positions / std::max<int64_t>(segments, 1) >= kFlatCoalescedLen ? 2 : 0;
 }
 
+// Session 34: how flat_reduce walks a tile that holds segment ends
+// (SegmentGeometry::flat_ended; flat_lane_ended in src/cuda/segment_kernels.cuh).
+// 1: by positions, lane l the tile's positions 32 l .. 32 l + 31 read straight
+// from x, a mask of its segment ends, a branch-free fold; 16-bit forwards only
+// (the lane's 32 positions are the five 16-byte loads of the full-tile read). 0:
+// the staged walk by merge items (a lane's 32 or 16 merge items, positions and ends,
+// from shared memory). Why: ncu source counters (H100, session 33, 1d_2Mx32 bf16
+// sum): the staged walk issued 890 warp instructions a tile of 1024 merge items,
+// 39 of them the additions (bench/NOTES.md, session 34). `cap`
+// (SegmentTestCaps::flat_ended): 0 this rule, 1 the staged walk everywhere.
+inline int flat_ended_rule(int esize, int cap) { return cap != 1 && esize == 2 ? 1 : 0; }
+
 // Session 29: features per lane of a feature call (SegmentGeometry::vec). 16-byte
 // vectors (16 / esize features a lane) wherever inner is a multiple of them and the
 // data is aligned, else one feature a lane. A 16-bit forward (feat_reduce) may also
@@ -399,6 +416,7 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     const int force = segment_test_caps().fused_fixup.load();
     g.fused_fixup = force == 1 ? esize != 8 : force == 2 ? false : fused_fixup_rule(g.segs, g.workers, esize);
     g.flat_form = flat_form_rule(esize, p.reduce, g.positions, outer * S, segment_test_caps().flat_direct.load());
+    g.flat_ended = flat_ended_rule(esize, segment_test_caps().flat_ended.load());
   }
   return g;
 }

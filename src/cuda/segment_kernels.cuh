@@ -646,35 +646,28 @@ __device__ __forceinline__ A flat_warp_scan(const Fn& fn, Idx key, A val, int la
 // copies instead of a register index. ncu at c29931d (1d_64x1M bf16 sum fwd):
 // flat_reduce issue-bound (~19 warp instructions per element of a lane, SM 76%,
 // DRAM 62%), the staging and its shared stores and loads a large part of them.
-template <int C, class Fn, class Idx, class Raw, class A, class Ctx>
-__device__ __forceinline__ void flat_fold_words(const Fn& fn, const Ctx& c, const uint32_t (&wd)[20], unsigned sh,
-                                                Idx jl, A& acc) {
-#pragma unroll
-  for (int m = 0; m < 16; ++m) {
-    const uint32_t pr = __funnelshift_r(wd[m + C], wd[m + C + 1], sh);
-    acc = fn.combine(acc, fn.value(c, jl + Idx(2 * m), raw_from_bits<Raw>(uint16_t(pr & 0xffffu))));
-    acc = fn.combine(acc, fn.value(c, jl + Idx(2 * m + 1), raw_from_bits<Raw>(uint16_t(pr >> 16))));
-  }
-}
-template <class Fn, class Raw, class Idx, class A, class Ctx>
-__device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
-                                                 Idx nel, int lane, A& acc) {
+// Session 34: the same words serve the tiles with segment ends (flat_lane_ended);
+// `vec` false (x not 16-byte aligned) reads them element by element, the same
+// words, so a misaligned call folds the same values in the same order; `live`
+// false (a lane with no position in its tile) loads nothing (words 0).
+template <class Raw, class Idx>
+__device__ __forceinline__ void flat_lane_words(const Raw* __restrict__ x, Idx j0, Idx nel, int lane, bool vec,
+                                                bool live, uint32_t (&wd)[20]) {
   static_assert(sizeof(Raw) == 2 && kIpl<Raw> == 32, "16-bit tiles: 32 positions per lane");
   const int o = int(j0 % Idx(8));
-  const Idx jb = j0 - Idx(o) + Idx(32 * lane);  // 16-byte aligned (x is)
-  uint32_t wd[20];
+  const Idx jb = j0 - Idx(o) + Idx(32 * lane);  // 16-byte aligned when vec
 #pragma unroll
   for (int r = 0; r < 5; ++r) {
     uint4 b = make_uint4(0u, 0u, 0u, 0u);
-    if (r < 4 || o > 0) {
-      if (jb + Idx(8 * r + 8) <= nel) {
+    if (live && (r < 4 || o > 0)) {
+      if (vec && jb + Idx(8 * r + 8) <= nel) {
         b = *reinterpret_cast<const uint4*>(x + jb + Idx(8 * r));
-      } else {  // the tensor's last vector: the positions before nel only (the tile's lie there)
-        uint16_t e[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      } else {  // misaligned data, or the tensor's last vector: the positions before nel only
+        uint32_t e[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
         for (int k = 0; k < 8; ++k)
-          if (jb + Idx(8 * r + k) < nel) e[k] = bits_of(x[jb + Idx(8 * r + k)]);
-        b = make_uint4(e[0] | uint32_t(e[1]) << 16, e[2] | uint32_t(e[3]) << 16, e[4] | uint32_t(e[5]) << 16,
-                       e[6] | uint32_t(e[7]) << 16);
+          if (jb + Idx(8 * r + k) < nel) e[k / 2] |= uint32_t(bits_of(x[jb + Idx(8 * r + k)])) << (16 * (k & 1));
+        b = make_uint4(e[0], e[1], e[2], e[3]);
       }
     }
     wd[4 * r] = b.x;
@@ -682,14 +675,35 @@ __device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, con
     wd[4 * r + 2] = b.z;
     wd[4 * r + 3] = b.w;
   }
-  const unsigned sh = unsigned(o & 1) * 16u;
-  const Idx jl = j0 + Idx(32 * lane);
-  switch (o >> 1) {
-    case 0: flat_fold_words<0, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
-    case 1: flat_fold_words<1, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
-    case 2: flat_fold_words<2, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
-    default: flat_fold_words<3, Fn, Idx, Raw>(fn, c, wd, sh, jl, acc); break;
+}
+// f(k, position k's value), k = 0 .. 31, in order, from the words of flat_lane_words
+// (o = j0 mod 8).
+template <int C, class Raw, class F>
+__device__ __forceinline__ void flat_lane_pairs(const uint32_t (&wd)[20], unsigned sh, F& f) {
+#pragma unroll
+  for (int m = 0; m < 16; ++m) {
+    const uint32_t pr = __funnelshift_r(wd[m + C], wd[m + C + 1], sh);
+    f(2 * m, raw_from_bits<Raw>(uint16_t(pr & 0xffffu)));
+    f(2 * m + 1, raw_from_bits<Raw>(uint16_t(pr >> 16)));
   }
+}
+template <class Raw, class F>
+__device__ __forceinline__ void flat_lane_each(const uint32_t (&wd)[20], int o, F&& f) {
+  const unsigned sh = unsigned(o & 1) * 16u;
+  switch (o >> 1) {
+    case 0: flat_lane_pairs<0, Raw>(wd, sh, f); break;
+    case 1: flat_lane_pairs<1, Raw>(wd, sh, f); break;
+    case 2: flat_lane_pairs<2, Raw>(wd, sh, f); break;
+    default: flat_lane_pairs<3, Raw>(wd, sh, f); break;
+  }
+}
+template <class Fn, class Raw, class Idx, class A, class Ctx>
+__device__ __forceinline__ void flat_fold_direct(const Fn& fn, const Ctx& c, const Raw* __restrict__ x, Idx j0,
+                                                 Idx nel, int lane, A& acc) {
+  uint32_t wd[20];
+  flat_lane_words(x, j0, nel, lane, true, true, wd);
+  const Idx jl = j0 + Idx(32 * lane);
+  flat_lane_each<Raw>(wd, int(j0 % Idx(8)), [&](int k, Raw xr) { acc = fn.combine(acc, fn.value(c, jl + Idx(k), xr)); });
 }
 
 // Session 16: a full tile without a segment end read with coalesced loads: the
@@ -882,6 +896,143 @@ __device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__
   }
 }
 
+// Session 34: a 16-bit forward's tile that holds segment ends (or is the last,
+// partial one), walked by positions instead of merge items
+// (SegmentGeometry::flat_ended, flat_ended_rule in src/core/segment_geometry.h).
+// Lane l takes the tile's positions 32 l .. 32 l + 31 (np of them; lanes past
+// the tile's ne positions none), read straight from x like a full tile
+// (flat_lane_words), and folds them in order. A segment end e (tile-relative:
+// the segment's positions end before position e) is bit (e - 1) mod 32 of lane
+// (e - 1) / 32's mask m; at a set bit the lane stores its partial (the segment's
+// value when the segment began in the lane) in shared memory at the bit's rank
+// among the tile's set bits, and restarts at the identity. Several ends at one
+// position (empty segments) set one bit; ends at e = 0 none (their segments
+// hold no position of the tile). The warp segmented scan over (rank of the lane's
+// open segment, partial) then joins each lane's first stored partial to the
+// earlier lanes' part of its segment, exactly as flat_reduce's staged walk joins
+// `first`, and the warp writes the segments' values one per lane from there.
+// Against the staged walk (sessions 1-33, merge items split 32 a lane): no
+// shared-memory staging of x or of the ends, no merge search, no per-lane loop
+// over ends; every segment is the identity, its positions in order, then the
+// scan's tree across lanes, deterministic for the shape; the lane boundaries are
+// 32 positions apart instead of 32 merge items, so a sum's last bits differ
+// from the staged walk's. Why (ncu source counters, H100, session 33, 1d_2Mx32
+// bf16 sum): the staged walk issued 890 warp instructions a tile, its
+// arithmetic 39 of them; bench/NOTES.md session 34 has the prediction and the
+// measurement.
+// Shared memory (the warp's staging area): the 32 lane masks, the 32 lanes'
+// first ranks, the ns ends (int16, tile-relative), then the partials: at most
+// d + 1 of them (d distinct end positions, d <= min(ns, ne), plus the last lane's
+// snapshot below). With ns + ne <= 1024, 2 ns + 4 (min(ns, ne) + 1) is largest at
+// ns = ne = 512.
+template <class Fn, class Idx>
+constexpr size_t kLaneEndedSmem = 256 + 2 * 512 + 513 * sizeof(typename Fn::A);
+
+template <class Fn, class Idx>
+__device__ __forceinline__ void flat_lane_ended(const Fn& fn, const typename Fn::Raw* __restrict__ x,
+                                                const Idx* __restrict__ q, Idx w, Idx i0, Idx j0, Idx i1, Idx j1,
+                                                Idx nel, typename Fn::A* carry, typename Fn::A* head,
+                                                const FuseFix<Idx>& fz, unsigned char* smem_warp, int lane) {
+  using A = typename Fn::A;
+  using Raw = typename Fn::Raw;
+  static_assert(kLaneEndedSmem<Fn, Idx> <= flat_smem_per_warp<Raw, Idx>(), "the warp's staging area holds it");
+  const int ns = int(i1 - i0), ne = int(j1 - j0);
+  const int np = min(32, ne - 32 * lane);  // the lane's positions (<= 0: none)
+  uint32_t wd[20];
+  flat_lane_words(x, j0, nel, lane, aligned16_dev(x), np > 0, wd);
+  const auto c = fn.ctx(i0, 0);  // the same for every segment (kFlatFixedWalk)
+  uint32_t* s_m = reinterpret_cast<uint32_t*>(smem_warp);
+  int* s_b = reinterpret_cast<int*>(smem_warp + 128);
+  int16_t* s_e = reinterpret_cast<int16_t*>(smem_warp + 256);
+  A* s_val = reinterpret_cast<A*>(smem_warp + 256 + (2 * ns + 3) / 4 * 4);
+  s_m[lane] = 0u;
+  __syncwarp();
+  // Whole-warp rounds (a loop whose trip count differed per lane left the warp
+  // diverged at the shuffles below: ncu, run 1, ~18% of the stall samples in their
+  // collective fallback).
+  for (int k0 = 0; k0 < ns; k0 += 32) {
+    const int k = k0 + lane;
+    const int e = k < ns ? int(q[i0 + Idx(k + 1)] - j0) : 0;  // in [0, ne]
+    if (k < ns) s_e[k] = int16_t(e);
+    const int b = e > 0 ? e - 1 : 0;  // unconditional (no branch): an end at 0 ors nothing
+    // The lanes whose ends fall in one mask word (consecutive: the ends are sorted)
+    // or their bits first, and one of them stores: 32 ends of one word (segments of
+    // one position) were 32 atomics on one address, serialised (H100, run 2: the
+    // 2^26-beside-1M row 1.05x slower than the staged walk).
+    const unsigned peers = __match_any_sync(kFull, b >> 5);
+    const unsigned bits = __reduce_or_sync(peers, e > 0 ? 1u << (b & 31) : 0u);
+    if (lane == __ffs(peers) - 1) atomicOr(&s_m[b >> 5], bits);
+  }
+  __syncwarp();
+  const uint32_t m = s_m[lane];
+  const int cnt = __popc(m);
+  int base = cnt;  // inclusive scan of the counts, then exclusive: the rank of the lane's first bit
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int n = __shfl_up_sync(kFull, base, off);
+    if (lane >= off) base += n;
+  }
+  base -= cnt;
+  s_b[lane] = base;
+  // The last lane with positions (np < 32) also stores its partial after its last
+  // position (one more bit, unless an end is there already): its open partial.
+  const uint32_t mw = np > 0 && np < 32 ? m | (1u << (np - 1)) : m;
+  A acc = fn.identity();
+  A* sp = s_val + base;  // where the next stored partial goes
+  const Idx jl = j0 + Idx(32 * lane);
+  flat_lane_each<Raw>(wd, int(j0 % Idx(8)), [&](int k, Raw xr) {
+    acc = fn.combine(acc, fn.value(c, jl + Idx(k), xr));
+    if ((mw >> k) & 1u) {
+      *sp++ = acc;
+      acc = fn.identity();
+    }
+  });
+  // Keys: the rank of the lane's open segment, monotone across lanes. The last lane
+  // with positions stored one partial more (at `key`) unless an end closed it.
+  const int key = base + cnt;
+  acc = sp > s_val + key ? s_val[key] : np < 32 ? fn.identity() : acc;
+  // The fused fix-up's loads (after the walk: fewer registers live through it).
+  const FuseOpen<Idx> qo = fuse_open(q, fz, i1);
+  // Segment i0 began before the tile: its part here is the head, for the fix-up.
+  const Idx qs = q[i0];
+  const bool has_head = ns > 0 && qs < j0;
+  bool reread = false;
+  A pre = fn.identity();
+  if (fz.pub != nullptr && has_head && fuse::reread(Idx(j0 - qs))) {  // as flat_reduce's staged path
+    reread = true;
+    const Idx j = qs + Idx(lane);
+    if (j < j0) pre = fn.value(c, j, x[j]);
+  }
+  const A val = flat_warp_scan(fn, key, acc, lane);
+  int kin = __shfl_up_sync(kFull, key, 1);
+  const A vin = __shfl_up_sync(kFull, val, 1);
+  if (lane == 0) kin = -1;
+  if (key > base && kin == base) s_val[base] = fn.combine(vin, s_val[base]);  // the earlier lanes' part first
+  __syncwarp();
+  // Segment i0 + k: positions [q[i0 + k], q[i0 + k + 1]) - j0 = [ep, e). It holds
+  // tile positions when e > max(ep, 0); its value is then the partial at the rank
+  // of bit e - 1, else the identity (no position here: empty, or ending at e = 0).
+  const A head_val = ns > 0 && s_e[0] > 0 ? s_val[0] : fn.identity();  // end 0's rank is 0
+  for (int k0 = 0; k0 < ns; k0 += 32) {  // whole-warp rounds: converged for the fix-up's shuffles
+    const int k = k0 + lane;
+    if (k < ns && !(k == 0 && has_head)) {
+      const int e = s_e[k], ep = k > 0 ? int(s_e[k - 1]) : 0;  // k = 0, not a head: segment i0 starts at j0
+      A r = fn.identity();
+      if (e > ep) {
+        const int p = e - 1, l = p >> 5;
+        r = s_val[s_b[l] + __popc(s_m[l] & ((1u << (p & 31)) - 1u))];
+      }
+      fn.finish(i0 + Idx(k), 0, r);
+    }
+  }
+  if (fz.pub == nullptr) {  // fixup_tree follows
+    if (lane == 0 && has_head) head[w] = head_val;
+    if (lane == 31) carry[w] = val;
+    return;
+  }
+  fuse_fixup(fn, q, fz, w, val, i1, qo, has_head, i0, head_val, reread, pre, lane);
+}
+
 // Blocks of 256 per SM that flat_reduce (32-bit indices) asks registers for:
 // the shared memory per warp allows 8 (fp32), 6 (16-bit), 5 (8-byte). Without
 // the bound the unrolled walk takes 40 (fp32) / 47 (bf16) registers, i.e. 48 /
@@ -894,7 +1045,8 @@ template <class Fn, class Idx, FlatForm F = FlatForm::Staged>
 __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
     flat_reduce(Fn fn, const typename Fn::Raw* __restrict__ x, const Idx* __restrict__ q, Idx W, Idx nel,
                 const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j, typename Fn::A* carry,
-                typename Fn::A* head, FuseFix<Idx> fz) {  // fz.pub null: carry/head for fixup_tree
+                typename Fn::A* head, FuseFix<Idx> fz,  // fz.pub null: carry/head for fixup_tree
+                bool lane_ended) {  // tiles with segment ends: flat_lane_ended (16-bit forwards)
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using A = typename Fn::A;
   using Raw = typename Fn::Raw;
@@ -924,6 +1076,13 @@ __global__ void __launch_bounds__(256, kFlatMinBlocks<typename Fn::Raw, Idx>)
         fuse_fixup(fn, q, fz, w, val, i0, qo, false, i0, val, false, val, lane);
       }
       return;
+    }
+    if constexpr (kFlatLaneForm<Fn>) {
+      if (lane_ended) {
+        flat_lane_ended(fn, x, q, w, i0, j0, tile_i[w + 1], tile_j[w + 1], nel, carry, head, fz,
+                        smem + size_t(wib) * flat_smem_per_warp<Raw, Idx>(), lane);
+        return;
+      }
     }
   }
   const auto t = flat_stage<Raw, Idx>(x, true, kFlatVec<Raw> && aligned16_dev(x), nel, q, tile_i, tile_j, w,

@@ -275,7 +275,7 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     FuseFix<Idx> fz;
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
     launch_main(c, k, grid, block, spw * (block / 32), fn, x, q, W, Idx(g.positions), tile_i,
-                tile_j, carry, head, fz);
+                tile_j, carry, head, fz, g.flat_ended == 1);
     check_launch("flat_reduce");
     // The variant that ran (the plan's, unless the slots are missing), where the call has the choice.
     record(c.path, grid, block, !c.fixup_choice ? "" : fused ? "fused_fixup" : "fixup_tree");

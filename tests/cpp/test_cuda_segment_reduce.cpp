@@ -823,8 +823,10 @@ TEST_P(CudaSegmentReduce, FlatFillFormsAgree) {
 // batched axis (ghost segments), offsets and lengths, int32 and int64 metadata.
 // Integer data (|x| <= 3, segments <= 80 long): sums are exact in every dtype,
 // so the forward sum/max/min must equal the exact host result bit for bit (a
-// slot read or dropped by mistake changes a sum by >= 1); then check_cuda
-// (reference, CPU, run-to-run) on random data for every reduce.
+// slot read or dropped by mistake changes a sum by >= 1), in both walks of a tile
+// with segment ends (session 34: by positions, the 16-bit default, and staged by
+// merge items), with the fix-up fused and as fixup_tree, and from misaligned data;
+// then check_cuda (reference, CPU, run-to-run) on random data for every reduce.
 TEST_P(CudaSegmentReduce, FlatFixedWalkLaneAndTileEdges) {
   SEGRED_NEED_GPU();
 #ifdef SEGRED_WITH_CUDA
@@ -832,6 +834,7 @@ TEST_P(CudaSegmentReduce, FlatFixedWalkLaneAndTileEdges) {
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
   const DType t = GetParam();
+  auto& caps = detail::segment_test_caps();
   const int64_t ipl = dtype_size(t) == 2 ? 32 : 16, tile = 32 * ipl;
   std::vector<std::vector<int64_t>> patterns;
   for (int64_t n : {ipl - 1, ipl, ipl + 1, 2 * ipl - 1, 2 * ipl, ipl / 2 - 1, ipl / 2})
@@ -879,20 +882,36 @@ TEST_P(CudaSegmentReduce, FlatFixedWalkLaneAndTileEdges) {
       const Tensor data_h = make_tensor(x, lay.shape, t);
       const Tensor data = dev(data_h), meta = dev(lay.meta());
       const Segments seg = dev_segments(lay, meta);
-      for (const char* r : {"sum", "max", "min"}) {
-        SCOPED_TRACE(r);
-        if (pi == 7 && std::string(r) == "sum") continue;
-        Tensor y = poisoned(lay.out_shape(), t);
-        segment_reduce_out(data, parse_reduce(r), seg, y);
-        const std::vector<double> got = to_vec(host(y));
-        const std::vector<double> want = reference::forward(lay.problem(), x, r);  // exact: integer data
-        ASSERT_EQ(got.size(), want.size());
-        size_t bad = 0;
-        for (size_t k = 0; k < got.size(); ++k)
-          if (!same_value(got[k], want[k]) && bad++ < 5)
-            ADD_FAILURE() << "output " << k << ": " << got[k] << " != " << want[k] << " (exact)";
-        EXPECT_EQ(bad, 0u);
-      }
+      // The same data one element into a buffer (not 16-byte aligned: element loads).
+      std::vector<double> xb(size_t(N + 1), 0.0);
+      std::copy(x.begin(), x.end(), xb.begin() + 1);
+      const Tensor buf = dev(make_tensor(xb, {N + 1}, t));
+      const TensorView mis(static_cast<char*>(buf.data()) + dtype_size(t), t, lay.shape, {}, kGpu);
+      // Both walks of a tile with segment ends (flat_ended: 0 the rule, by positions
+      // for 16-bit types; 1 staged by merge items), the fix-up fused and not.
+      for (int walk = 0; walk < 2; ++walk)
+        for (int fuse : {1, 2})
+          for (const char* r : {"sum", "max", "min"}) {
+            caps.flat_ended = walk;
+            caps.fused_fixup = fuse;
+            SCOPED_TRACE(::testing::Message() << r << " flat_ended " << walk << " fused_fixup " << fuse);
+            if (pi == 7 && std::string(r) == "sum") continue;
+            const std::vector<double> want = reference::forward(lay.problem(), x, r);  // exact: integer data
+            for (int aligned = 1; aligned >= (walk == 0 && fuse == 1 ? 0 : 1); --aligned) {
+              Tensor y = poisoned(lay.out_shape(), t);
+              segment_reduce_out(aligned ? data.view() : mis, parse_reduce(r), seg, y);
+              const std::vector<double> got = to_vec(host(y));
+              ASSERT_EQ(got.size(), want.size());
+              size_t bad = 0;
+              for (size_t k = 0; k < got.size(); ++k)
+                if (!same_value(got[k], want[k]) && bad++ < 5)
+                  ADD_FAILURE() << "output " << k << ": " << got[k] << " != " << want[k] << " (exact)"
+                                << (aligned ? "" : ", misaligned data");
+              EXPECT_EQ(bad, 0u);
+            }
+          }
+      caps.flat_ended = 0;
+      caps.fused_fixup = 0;
       if (variant != 2 || pi % 3 == 0)
         for (const char* r : {"sum", "mean", "max", "prod"}) check_cuda(lay, t, r, random_data(rng, N, r, t), rng);
     }

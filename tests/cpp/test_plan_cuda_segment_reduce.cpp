@@ -182,6 +182,35 @@ TEST(PlanCudaSegmentReduce, FlatFullTileForm) {
   caps.flat_direct = 0;
 }
 
+// Session 34: how flat_reduce walks a tile with segment ends (flat_ended_rule):
+// by positions (1) for the 16-bit forwards, every reduce and length distribution,
+// both index widths; staged by merge items (0) for float32, float64, the backward
+// and features; the override of the tests and the benchmark (flat_ended 1: staged).
+TEST(PlanCudaSegmentReduce, FlatEndedTileWalk) {
+  auto ended = [](int64_t outer, int64_t L, int64_t S, DType t, Reduce r = Reduce::Sum,
+                  Direction d = Direction::Fwd, int64_t inner = 1) {
+    return detail::segment_geometry(cuda_problem(d, outer, L, inner, S, t, r)).flat_ended;
+  };
+  const int64_t M = int64_t(1) << 20;
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (Reduce r : {Reduce::Sum, Reduce::Mean, Reduce::Max, Reduce::Min, Reduce::Prod}) {
+      EXPECT_EQ(ended(1, 2 * M * 32, 2 * M, t, r), 1);
+      EXPECT_EQ(ended(1, 200000 * 40, 200000, t, r), 1);
+      EXPECT_EQ(ended(4, 3 * M, 3, t, r), 1);
+      EXPECT_EQ(ended(1, int64_t(1) << 33, 2, t, r), 1);  // past 2^32 (i64)
+      EXPECT_EQ(ended(1, 2 * M * 32, 2 * M, t, r, Direction::Bwd), 0);
+      EXPECT_EQ(ended(1, 2 * M * 32, 2 * M, t, r, Direction::Fwd, 4), 0);
+    }
+  EXPECT_EQ(detail::segment_geometry(cuda_problem(Direction::Fwd, 1, int64_t(1) << 33, 1, 2, DType::BFloat16,
+                                                  Reduce::Sum)).index_bits, 64);
+  for (DType t : {DType::Float32, DType::Float64}) EXPECT_EQ(ended(1, 2 * M * 32, 2 * M, t), 0);
+  auto& caps = detail::segment_test_caps();
+  caps.flat_ended = 1;  // sessions 1-33: staged everywhere
+  EXPECT_EQ(ended(1, 2 * M * 32, 2 * M, DType::BFloat16), 0);
+  EXPECT_EQ(ended(1, 2 * M * 32, 2 * M, DType::Float16, Reduce::Max), 0);
+  caps.flat_ended = 0;
+}
+
 // Session 29: features per lane of a feature call (feat_vec_rule): 16-byte vectors
 // where inner is a multiple of them and the data aligned, else 1; the 16-bit
 // forwards take 8-byte half vectors (Plan::variant "half_vectors") by the rule where
