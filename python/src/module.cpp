@@ -8,6 +8,7 @@
 
 #include "python/src/arrays.h"
 #include "segred/stream.h"
+#include "src/cpu/softmax_kernels.h"
 
 namespace nb = nanobind;
 using namespace segred;
@@ -160,6 +161,11 @@ NB_MODULE(_C, m) {
   m.def("data_ptr", [](InArray a) { return reinterpret_cast<uintptr_t>(a.data()); }, nb::arg("array"));
   m.def("built_with_cuda", &segred::built_with_cuda);
   m.def("cuda_device_count", &segred::cuda_device_count);
+  // Test hooks (session 34): the CPU's L2 in bytes as the CPU softmax plan sees it, and
+  // its override (>= 0: that size; -1: the detected one), so that the tests reach both
+  // sides of the plan's L2 rule (spatial_stream below 1 MiB) on any host.
+  m.def("_cpu_l2_bytes", &segred::cpu::softmax_l2_bytes);
+  m.def("_set_cpu_l2_bytes", [](int64_t v) { segred::cpu::softmax_l2_override() = v < 0 ? -1 : v; }, nb::arg("bytes"));
   m.attr("__version__") = segred::version;
 
   segred::py::bind_extensions(m);

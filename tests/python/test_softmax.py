@@ -1,6 +1,7 @@
 """softmax, log_softmax and their backward through the Python module, against a
 float64 NumPy reference written here (SEMANTICS.md, "softmax family"), on both CPU
 paths (lastdim: inner == 1; spatial: inner > 1), proven through the trace."""
+import contextlib
 import os
 
 import numpy as np
@@ -52,8 +53,28 @@ def close(got, want, dtype):
 
 
 def l2_bytes():
-    """cpu0's level-2 cache as the library reads it (src/cpu/softmax_fwd.cpp: sysfs,
-    then sysconf; 0 when unknown)."""
+    """The level-2 cache the library's CPU softmax plan sees: the test override
+    (segred._C._set_cpu_l2_bytes) when set, else the detected one
+    (test_l2_detection_matches checks it against detected_l2_bytes)."""
+    return segred._C._cpu_l2_bytes()
+
+
+@contextlib.contextmanager
+def forced_l2(nbytes):
+    """The CPU softmax plan sees an L2 of nbytes inside the block (a test hook)."""
+    segred._C._set_cpu_l2_bytes(nbytes)
+    try:
+        yield
+    finally:
+        segred._C._set_cpu_l2_bytes(-1)
+
+
+def test_l2_detection_matches():
+    assert segred._C._cpu_l2_bytes() == detected_l2_bytes()
+
+
+def detected_l2_bytes():
+    """cpu0's level-2 cache read from sysfs, then sysconf (0 when unknown)."""
     base = "/sys/devices/system/cpu/cpu0/cache"
     for i in range(16):
         try:
@@ -132,6 +153,26 @@ def test_random_shapes_every_dim(seed, dtype):
         g = signed_grads(rng, shape, dtype)
         for dim in range(-nd, nd):
             run_both(x, g, dim, dtype)
+
+
+# Session 34: the forward past spatial's L2 rule takes spatial_stream only where the
+# CPU's L2 is under 1 MiB (src/core/softmax.cpp); on a host with a larger L2 no other
+# test reaches it. Both sides of the rule on any host, through the test hook: a D just
+# past the rule for every dtype (float64 512, float32 1024, 16-bit 1365) and over a
+# leading dim.
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("l2", [256 << 10, 0, 2 << 20])
+@pytest.mark.parametrize("shape,dim", [((2, 1400, 33), 1), ((1366, 40), 0)])
+def test_spatial_stream_both_sides_of_the_l2_rule(dtype, l2, shape, dim):
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-6, 6, size=shape).astype(dtype)
+    g = signed_grads(rng, shape, dtype)
+    with forced_l2(l2):
+        assert l2_bytes() == l2
+        want = "spatial_stream" if l2 < (1 << 20) else "spatial"
+        assert kind(shape, dim, dtype, True) == want
+        run_both(x, g, dim, dtype)
+    assert l2_bytes() == detected_l2_bytes()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
