@@ -955,13 +955,7 @@ __device__ __forceinline__ void flat_lane_ended(const Fn& fn, const typename Fn:
     const int e = k < ns ? int(q[i0 + Idx(k + 1)] - j0) : 0;  // in [0, ne]
     if (k < ns) s_e[k] = int16_t(e);
     const int b = e > 0 ? e - 1 : 0;  // unconditional (no branch): an end at 0 ors nothing
-    // The lanes whose ends fall in one mask word (consecutive: the ends are sorted)
-    // or their bits first, and one of them stores: 32 ends of one word (segments of
-    // one position) were 32 atomics on one address, serialised (H100, run 2: the
-    // 2^26-beside-1M row 1.05x slower than the staged walk).
-    const unsigned peers = __match_any_sync(kFull, b >> 5);
-    const unsigned bits = __reduce_or_sync(peers, e > 0 ? 1u << (b & 31) : 0u);
-    if (lane == __ffs(peers) - 1) atomicOr(&s_m[b >> 5], bits);
+    atomicOr(&s_m[b >> 5], e > 0 ? 1u << (b & 31) : 0u);
   }
   __syncwarp();
   const uint32_t m = s_m[lane];
