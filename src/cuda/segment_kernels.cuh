@@ -10,7 +10,10 @@
 //                    the data is 16-byte aligned); each lane merge-path-searches its
 //                    16 (16-bit: 32) items there and walks them; a 5-step warp
 //                    segmented scan (keys = segment ids, monotone across lanes) joins
-//                    the lanes' partials.
+//                    the lanes' partials. Session 34: the 16-bit forwards walk a
+//                    tile with segment ends by positions instead (flat_lane_ended:
+//                    lane l the tile's positions 32 l .. 32 l + 31 straight from x, a
+//                    mask of the ends a lane, no staging, no search).
 //   feat_reduce      inner > 1. A group of G lanes walks `items` merge items (32-128:
 //                    detail::feat_items_rule);
 //                    each position is one vector load per lane (V features).
