@@ -659,6 +659,21 @@ __device__ __forceinline__ void flat_lane_words(const Raw* __restrict__ x, Idx j
   static_assert(sizeof(Raw) == 2 && kIpl<Raw> == 32, "16-bit tiles: 32 positions per lane");
   const int o = int(j0 % Idx(8));
   const Idx jb = j0 - Idx(o) + Idx(32 * lane);  // 16-byte aligned when vec
+  // Session 35: a lane whose vectors all lie before nel (every lane but the
+  // tensor's last few) takes them with no per-vector test: the five tests and
+  // their element-load branches were ~70 of flat_lane_ended's 690 warp
+  // instructions a tile (ncu source counters, session 34 run 2).
+  if (vec && live && jb + Idx(o > 0 ? 40 : 32) <= nel) {
+#pragma unroll
+    for (int r = 0; r < 5; ++r) {
+      const uint4 b = r < 4 || o > 0 ? *reinterpret_cast<const uint4*>(x + jb + Idx(8 * r)) : make_uint4(0u, 0u, 0u, 0u);
+      wd[4 * r] = b.x;
+      wd[4 * r + 1] = b.y;
+      wd[4 * r + 2] = b.z;
+      wd[4 * r + 3] = b.w;
+    }
+    return;
+  }
 #pragma unroll
   for (int r = 0; r < 5; ++r) {
     uint4 b = make_uint4(0u, 0u, 0u, 0u);
@@ -952,13 +967,30 @@ __device__ __forceinline__ void flat_lane_ended(const Fn& fn, const typename Fn:
   __syncwarp();
   // Whole-warp rounds (a loop whose trip count differed per lane left the warp
   // diverged at the shuffles below: ncu, run 1, ~18% of the stall samples in their
-  // collective fallback).
-  for (int k0 = 0; k0 < ns; k0 += 32) {
-    const int k = k0 + lane;
-    const int e = k < ns ? int(q[i0 + Idx(k + 1)] - j0) : 0;  // in [0, ne]
-    if (k < ns) s_e[k] = int16_t(e);
-    const int b = e > 0 ? e - 1 : 0;  // unconditional (no branch): an end at 0 ors nothing
-    atomicOr(&s_m[b >> 5], e > 0 ? 1u << (b & 31) : 0u);
+  // collective fallback). An end e > 0 sets bit (e - 1) mod 32 of word (e - 1) / 32;
+  // the atomic is unconditional (no branch): an end at 0 ors nothing.
+  auto mark = [&](int e) { atomicOr(&s_m[max(e - 1, 0) >> 5], e > 0 ? 1u << ((e - 1) & 31) : 0u); };
+  if (ns <= 32) {  // one round (1d_2Mx32's tiles: ~32 ends, ~1 a word)
+    const int e = lane < ns ? int(q[i0 + Idx(lane + 1)] - j0) : 0;  // in [0, ne]
+    if (lane < ns) s_e[lane] = int16_t(e);
+    mark(e);
+  } else {
+    // Session 35: many ends (the 2^26-beside-1M row's tiles of one-position
+    // segments hold 512). One round a load and its atomic made each round wait for
+    // its load (16 dependent L2 round trips a tile), and 32 consecutive ends, one or
+    // two mask words, were 32 atomics on one or two addresses, serialised (run 2:
+    // that row 1.05x the staged walk's time). So the loads first, into s_e, then
+    // the atomics with lane l taking ends l R + r (R rounds): a round's 32 ends lie
+    // R positions apart or more, in different words on such tiles.
+#pragma unroll 4
+    for (int k0 = 0; k0 < ns; k0 += 32)
+      if (k0 + lane < ns) s_e[k0 + lane] = int16_t(q[i0 + Idx(k0 + lane + 1)] - j0);
+    __syncwarp();
+    const int R = (ns + 31) >> 5;
+    for (int r = 0; r < R; ++r) {
+      const int k = lane * R + r;
+      mark(k < ns ? int(s_e[k]) : 0);
+    }
   }
   __syncwarp();
   const uint32_t m = s_m[lane];
@@ -987,7 +1019,7 @@ __device__ __forceinline__ void flat_lane_ended(const Fn& fn, const typename Fn:
   // Keys: the rank of the lane's open segment, monotone across lanes. The last lane
   // with positions stored one partial more (at `key`) unless an end closed it.
   const int key = base + cnt;
-  acc = sp > s_val + key ? s_val[key] : np < 32 ? fn.identity() : acc;
+  acc = __popc(mw) > cnt ? s_val[key] : np < 32 ? fn.identity() : acc;  // (the stores' count, not sp: one pointer in the walk)
   // The fused fix-up's loads (after the walk: fewer registers live through it).
   const FuseOpen<Idx> qo = fuse_open(q, fz, i1);
   // Segment i0 began before the tile: its part here is the head, for the fix-up.
