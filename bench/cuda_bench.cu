@@ -18,6 +18,8 @@
 // partition scattered by the segments; the fixed-cost table's modes restore it),
 // --flat-ended N (session 34: SegmentTestCaps::flat_ended, how flat_reduce walks a tile
 // with segment ends: 0 the rule, 1 staged by merge items, sessions 1-33's),
+// --flat-block N (session 35: SegmentTestCaps::flat_block, threads a block of the flat
+//   kernels; 0 the plan's 256)
 // --items-sweep N,N,... (session 26: feature cases only, nothing else timed: per case,
 // dtype, reduce and direction, every listed items value (0: the plan's rule) timed in
 // --sweep-rounds rounds (default 3), the list's order rotated each round; SWEEP lines:
@@ -50,6 +52,7 @@ int g_prep_spec = -1;  // --prep-spec (SegmentTestCaps::prep_spec; -1: its defau
 std::string g_only_reduce;  // --reduce sum|max: that reduce only (e.g. for Nsight Compute's first launches)
 int g_feat_items = 0;  // --feat-items: SegmentTestCaps::feat_items of every call (0: the plan's rule)
 int g_feat_half_vec = 0;  // --feat-half-vec: SegmentTestCaps::feat_half_vec (0 the rule, 1 full, 2 half vectors)
+int g_flat_block = 0;  // --flat-block: SegmentTestCaps::flat_block (0 the plan's block)
 int g_flat_ended = 0;  // --flat-ended: SegmentTestCaps::flat_ended (0 the rule, 1 the staged walk)
 std::vector<int> g_sweep;  // --items-sweep: merge items per feature worker to time (0: the plan's rule)
 int g_sweep_rounds = 3;
@@ -438,6 +441,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--feat-half-vec") && i + 1 < argc) g_feat_half_vec = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--prep-spec") && i + 1 < argc) g_prep_spec = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--flat-ended") && i + 1 < argc) g_flat_ended = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--flat-block") && i + 1 < argc) g_flat_block = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--sweep-rounds") && i + 1 < argc) g_sweep_rounds = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--items-sweep") && i + 1 < argc) {
       for (const char* t = argv[++i]; *t;) {
@@ -457,6 +461,8 @@ int main(int argc, char** argv) {
   if (g_feat_half_vec > 0) std::printf("FEAT_HALF_VEC\t%d\n", g_feat_half_vec);
   segred::detail::segment_test_caps().flat_ended = g_flat_ended;
   if (g_flat_ended > 0) std::printf("FLAT_ENDED\t%d\n", g_flat_ended);
+  segred::detail::segment_test_caps().flat_block = g_flat_block;
+  if (g_flat_block > 0) std::printf("FLAT_BLOCK\t%d\n", g_flat_block);
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("DEVICE\t%s\t%d SMs\n", prop.name, prop.multiProcessorCount);

@@ -124,6 +124,10 @@ struct SegmentTestCaps {
   // How the flat forward walks a tile with segment ends (session 34; flat_ended_rule
   // below): 0 the rule, 1 the staged walk by merge items (sessions 1-33) for every dtype.
   std::atomic<int> flat_ended{0};
+  // Threads a block of the flat kernels, the prod backward's excepted (session 35, the
+  // benchmark's --flat-block): 0 the plan's kBlock, else that many (a multiple of 32 in
+  // [32, 1024]; other values are ignored).
+  std::atomic<int> flat_block{0};
 };
 inline SegmentTestCaps& segment_test_caps() {
   static SegmentTestCaps caps;
@@ -402,6 +406,8 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     threads = g.workers * g.slabs * G;
   }
   g.block = kBlock;
+  if (const int fb = segment_test_caps().flat_block.load(); g.flat && !g.prod_bwd && fb >= 32 && fb <= 1024 && fb % 32 == 0)
+    g.block = fb;
   g.grid = ceil_div(threads, g.block);
   // Largest index any kernel forms (see the header comment).
   const int64_t tiles_round = g.workers + 1;

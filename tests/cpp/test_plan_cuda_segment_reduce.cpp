@@ -211,6 +211,34 @@ TEST(PlanCudaSegmentReduce, FlatEndedTileWalk) {
   caps.flat_ended = 0;
 }
 
+// Session 35: SegmentTestCaps::flat_block (the benchmark's --flat-block) sets the
+// threads a block of the flat (inner == 1) kernels only, and only to a multiple of
+// 32 in [32, 1024]; the grid follows it (one tile a warp).
+TEST(PlanCudaSegmentReduce, FlatBlockCap) {
+  const int64_t M = int64_t(1) << 20;
+  auto geo = [&](int64_t inner) {
+    return detail::segment_geometry(cuda_problem(Direction::Fwd, 1, 2 * M * 32, inner, 2 * M, DType::BFloat16,
+                                                 Reduce::Sum));
+  };
+  auto& caps = detail::segment_test_caps();
+  const auto flat0 = geo(1), feat0 = geo(4);
+  EXPECT_EQ(flat0.block, detail::kBlock);
+  for (const int fb : {64, 128, 512}) {
+    caps.flat_block = fb;
+    const auto flat = geo(1), feat = geo(4);
+    EXPECT_EQ(flat.block, fb);
+    EXPECT_EQ(flat.grid, detail::ceil_div(flat.workers * 32, fb));
+    EXPECT_EQ(flat.workers, flat0.workers);
+    EXPECT_EQ(feat.block, feat0.block);  // feature calls keep the plan's block
+    EXPECT_EQ(feat.grid, feat0.grid);
+  }
+  for (const int bad : {-32, 16, 100, 2048}) {
+    caps.flat_block = bad;
+    EXPECT_EQ(geo(1).block, detail::kBlock) << bad;
+  }
+  caps.flat_block = 0;
+}
+
 // Session 29: features per lane of a feature call (feat_vec_rule): 16-byte vectors
 // where inner is a multiple of them and the data aligned, else 1; the 16-bit
 // forwards take 8-byte half vectors (Plan::variant "half_vectors") by the rule where
