@@ -406,8 +406,8 @@ inline SegmentGeometry segment_geometry(const SegmentProblem& p, bool aligned = 
     threads = g.workers * g.slabs * G;
   }
   g.block = kBlock;
-  if (const int fb = segment_test_caps().flat_block.load(); g.flat && !g.prod_bwd && fb >= 32 && fb <= 1024 && fb % 32 == 0)
-    g.block = fb;
+  const int fb = segment_test_caps().flat_block.load();
+  if (g.flat && !g.prod_bwd && fb >= 32 && fb <= 1024 && fb % 32 == 0) g.block = fb;
   g.grid = ceil_div(threads, g.block);
   // Largest index any kernel forms (see the header comment).
   const int64_t tiles_round = g.workers + 1;

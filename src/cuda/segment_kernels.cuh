@@ -666,7 +666,8 @@ __device__ __forceinline__ void flat_lane_words(const Raw* __restrict__ x, Idx j
   if (vec && live && jb + Idx(o > 0 ? 40 : 32) <= nel) {
 #pragma unroll
     for (int r = 0; r < 5; ++r) {
-      const uint4 b = r < 4 || o > 0 ? *reinterpret_cast<const uint4*>(x + jb + Idx(8 * r)) : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 b =
+          r < 4 || o > 0 ? *reinterpret_cast<const uint4*>(x + jb + Idx(8 * r)) : make_uint4(0u, 0u, 0u, 0u);
       wd[4 * r] = b.x;
       wd[4 * r + 1] = b.y;
       wd[4 * r + 2] = b.z;
@@ -1019,7 +1020,8 @@ __device__ __forceinline__ void flat_lane_ended(const Fn& fn, const typename Fn:
   // Keys: the rank of the lane's open segment, monotone across lanes. The last lane
   // with positions stored one partial more (at `key`) unless an end closed it.
   const int key = base + cnt;
-  acc = __popc(mw) > cnt ? s_val[key] : np < 32 ? fn.identity() : acc;  // (the stores' count, not sp: one pointer in the walk)
+  // (The stores' count, not a comparison with sp: the walk then keeps one pointer.)
+  acc = __popc(mw) > cnt ? s_val[key] : np < 32 ? fn.identity() : acc;
   // The fused fix-up's loads (after the walk: fewer registers live through it).
   const FuseOpen<Idx> qo = fuse_open(q, fz, i1);
   // Segment i0 began before the tile: its part here is the head, for the fix-up.
