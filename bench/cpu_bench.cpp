@@ -11,7 +11,10 @@
 // the call). Run with OMP_NUM_THREADS set to the cores to use; inputs are random,
 // never zeros, and larger than the last-level cache.
 //
-// Environment: SEGRED_BENCH_LOG2 (default 25) sets the element count 2^n.
+// Environment: SEGRED_BENCH_LOG2 (default 25) sets the element count 2^n;
+// SEGRED_BENCH_PREFETCH sets the short-segment kernels' prefetch distance in bytes
+// (cpu::segment_prefetch_bytes, 0 = off) for an A/B of one binary (bench/cpu_ab.py
+// with a wrapper script per setting).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -27,6 +30,7 @@
 
 #include "bench/memcpy_baseline.h"
 #include "segred/segred.h"
+#include "src/cpu/kernels.h"
 
 namespace {
 
@@ -168,6 +172,7 @@ void run_memcpy(benchmark::State& state) {
 }
 
 int register_all() {
+  if (const char* pf = std::getenv("SEGRED_BENCH_PREFETCH")) cpu::segment_prefetch_bytes() = std::atoll(pf);
   const int64_t N = int64_t(1) << log2_elems();
   std::vector<Case> cases;
   for (DType t : {DType::Float32, DType::BFloat16}) {

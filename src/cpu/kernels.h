@@ -1,6 +1,8 @@
 // CPU kernel entry points. Inputs are contiguous [outer, L, inner] (the API layer
 // copies strided inputs); outputs are contiguous and fully written.
 #pragma once
+#include <atomic>
+#include <cstdint>
 #include <optional>
 
 #include "segred/plan.h"
@@ -15,5 +17,10 @@ void segment_reduce_fwd(const Plan& plan, const detail::SegmentLayout& lay, cons
 void segment_reduce_bwd(const Plan& plan, const detail::SegmentLayout& lay, const TensorView& grad,
                         const TensorView& output, const TensorView& data, Reduce reduce,
                         std::optional<double> initial, Tie tie, const TensorView& grad_input);
+
+// How far ahead (bytes) the short-segment forward kernels prefetch their data
+// stream (sr_prefetch_ahead); 0 turns the prefetch off. A benchmark knob (the
+// A/B of bench/NOTES.md, session 36): no result depends on it.
+std::atomic<int64_t>& segment_prefetch_bytes();
 
 }  // namespace segred::cpu

@@ -43,6 +43,11 @@ namespace {
 
 }  // namespace
 
+std::atomic<int64_t>& segment_prefetch_bytes() {
+  static std::atomic<int64_t> bytes{8192};  // bench/NOTES.md, session 36: the sweep
+  return bytes;
+}
+
 void segment_reduce_fwd(const Plan& plan, const detail::SegmentLayout& lay, const TensorView& data, Reduce reduce,
                         std::optional<double> initial, const TensorView& out) {
   detail::record_launch(plan.path);
