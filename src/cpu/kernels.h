@@ -18,8 +18,9 @@ void segment_reduce_bwd(const Plan& plan, const detail::SegmentLayout& lay, cons
                         const TensorView& output, const TensorView& data, Reduce reduce,
                         std::optional<double> initial, Tie tie, const TensorView& grad_input);
 
-// How far ahead (bytes) the short-segment forward kernels prefetch their data
-// stream (sr_prefetch_ahead); 0 turns the prefetch off. A benchmark knob (the
+// How far ahead (bytes) the short-segment kernels prefetch their data stream
+// (SrPrefetch: the forward's reads, the max/min backward's tie pass); 0 turns the
+// prefetch off. A benchmark knob (the
 // A/B of bench/NOTES.md, session 36): no result depends on it.
 std::atomic<int64_t>& segment_prefetch_bytes();
 
