@@ -637,6 +637,79 @@ TEST_P(SegmentReduceLong, FeaturesPieceSplit) {
   check_long(GetParam(), 1500, 300, 20, fresh_seed());
 }
 
+// Long flat max/min segments, tie=split, grad_input streamed: phase 2 writes each
+// piece while counting its ties, with the value of one tie (g / 1), and writes again
+// only the ties of the segments whose whole count c is 2 or more (session 36). Every
+// count the optimistic write can meet, each segment longer than a piece: c = 1 (one
+// maximum, in the second piece), c = 4 (ties in three pieces, in the unaligned
+// heads, in whole vectors and in the tail at the segment's end),
+// c = 0 (an output that no element equals), c = 2 (two NaNs in two pieces, so y is
+// NaN), then c = 1 again at the segment's first element; gradients of every sign,
+// -0 and non-unit ones. Streamed results must be bitwise the staged path's (the
+// same call with streaming off) and match the float64 reference.
+TEST_P(SegmentReduceLong, StreamedFlatTieSplitEveryCount) {
+  const DType t = GetParam();
+  const uint64_t seed = fresh_seed();
+  SEGRED_SEED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  struct Restore {
+    int64_t bytes = cpu::stream_output_bytes();
+    ~Restore() {
+      cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
+      cpu::stream_output_bytes() = bytes;
+    }
+  } restore;
+  SegmentProblem sp;
+  sp.inner = 1;
+  sp.direction = Direction::Bwd;
+  const int64_t P = plan_segment_reduce(sp).chunk;
+  // Segment 3 starts 1 past a 16-element boundary (P is a multiple of 16): each of its
+  // pieces has a head of 15 elements before the first aligned vector store.
+  ASSERT_EQ(P % 16, 0);
+  const std::vector<int64_t> lens = {5, P + 100, 8, 2 * P + 50, 3, P + 10, P + 20, 1, P + 1};
+  const Layout lay = from_lengths(Shape{std::accumulate(lens.begin(), lens.end(), int64_t(0))}, 0, {lens});
+  const Tensor meta = lay.meta();
+  const Segments seg = segments_of(lay, meta);
+  std::vector<int64_t> start = {0};
+  for (int64_t n : lens) start.push_back(start.back() + n);
+  for (const char* r : {"max", "min"}) {
+    SCOPED_TRACE(r);
+    const double ext = std::string(r) == "max" ? 5.0 : -5.0;  // beyond grid_data's +-2
+    std::vector<double> x = grid_data(rng, lay.L(), false);
+    x[size_t(start[1] + P + 3)] = ext;                                   // c = 1
+    for (int64_t j : {int64_t(0), P + 1, P + 40, 2 * P + 49}) x[size_t(start[3] + j)] = ext;  // c = 4
+    x[size_t(start[6] + 3)] = kNaN;                                      // c = 2 (y NaN)
+    x[size_t(start[6] + P + 5)] = kNaN;
+    x[size_t(start[8])] = ext;                                           // c = 1, first element
+    x = rounded(t, x);
+    const Tensor data = make_tensor(x, lay.shape, t);
+    const Reduce red = parse_reduce(r);
+    std::vector<double> y = to_vec(segment_reduce(data, red, seg));
+    y[5] = 2 * ext;  // c = 0: no element equals it
+    const Tensor out = make_tensor(y, lay.out_shape(), t);
+    const std::vector<double> gv = rounded(t, {0.75, -1.5, 2.0, -2.5, 3.0, -3.25, -0.0, 1.0, -1.0});
+    const Tensor g = make_tensor(gv, lay.out_shape(), t);
+    const std::vector<double> ref = reference::backward(lay.problem(), gv, y, x, r, "split");
+    for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
+      cpu::softmax_isa_cap() = isa;
+      SCOPED_TRACE(cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
+      cpu::stream_output_bytes() = 0;
+      Tensor streamed = filled(lay.shape, t, kNaN);
+      {
+        TraceSession ts;
+        segment_reduce_backward_out(g, out, data, red, seg, Tie::Split, streamed);
+        ASSERT_EQ(ts.records().size(), 1u);
+        EXPECT_EQ(ts.records()[0].path, "segment_reduce.bwd.cpu.flat.i64");
+      }
+      expect_backward(lay, t, r, "split", to_vec(streamed), ref);
+      cpu::stream_output_bytes() = int64_t(1) << 60;
+      Tensor staged = filled(lay.shape, t, 7777.0);
+      segment_reduce_backward_out(g, out, data, red, seg, Tie::Split, staged);
+      EXPECT_TRUE(same_bits(streamed, staged)) << "streamed and staged backward differ";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, SegmentReduceLong, ::testing::Values(DType::Float32, DType::BFloat16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
