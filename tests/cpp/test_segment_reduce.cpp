@@ -644,8 +644,10 @@ TEST_P(SegmentReduceLong, FeaturesPieceSplit) {
 // maximum, in the second piece), c = 4 (ties in three pieces, in the unaligned
 // heads, in whole vectors and in the tail at the segment's end),
 // c = 0 (an output that no element equals), c = 2 (two NaNs in two pieces, so y is
-// NaN), then c = 1 again at the segment's first element; gradients of every sign,
-// -0 and non-unit ones. Streamed results must be bitwise the staged path's (the
+// NaN), c = 1 again at the segment's first element, then ties in every fourth
+// element (more than an eighth of the units: the piece rewritten whole); gradients
+// of every sign, -0 and non-unit ones. float32 takes the optimistic write, bfloat16
+// the count-then-write passes (both must give the same results). Streamed results must be bitwise the staged path's (the
 // same call with streaming off) and match the float64 reference.
 TEST_P(SegmentReduceLong, StreamedFlatTieSplitEveryCount) {
   const DType t = GetParam();
@@ -666,7 +668,7 @@ TEST_P(SegmentReduceLong, StreamedFlatTieSplitEveryCount) {
   // Segment 3 starts 1 past a 16-element boundary (P is a multiple of 16): each of its
   // pieces has a head of 15 elements before the first aligned vector store.
   ASSERT_EQ(P % 16, 0);
-  const std::vector<int64_t> lens = {5, P + 100, 8, 2 * P + 50, 3, P + 10, P + 20, 1, P + 1};
+  const std::vector<int64_t> lens = {5, P + 100, 8, 2 * P + 50, 3, P + 10, P + 20, 1, P + 1, P + 30};
   const Layout lay = from_lengths(Shape{std::accumulate(lens.begin(), lens.end(), int64_t(0))}, 0, {lens});
   const Tensor meta = lay.meta();
   const Segments seg = segments_of(lay, meta);
@@ -681,13 +683,14 @@ TEST_P(SegmentReduceLong, StreamedFlatTieSplitEveryCount) {
     x[size_t(start[6] + 3)] = kNaN;                                      // c = 2 (y NaN)
     x[size_t(start[6] + P + 5)] = kNaN;
     x[size_t(start[8])] = ext;                                           // c = 1, first element
+    for (int64_t j = 0; j < lens[9]; j += 4) x[size_t(start[9] + j)] = ext;  // dense ties
     x = rounded(t, x);
     const Tensor data = make_tensor(x, lay.shape, t);
     const Reduce red = parse_reduce(r);
     std::vector<double> y = to_vec(segment_reduce(data, red, seg));
     y[5] = 2 * ext;  // c = 0: no element equals it
     const Tensor out = make_tensor(y, lay.out_shape(), t);
-    const std::vector<double> gv = rounded(t, {0.75, -1.5, 2.0, -2.5, 3.0, -3.25, -0.0, 1.0, -1.0});
+    const std::vector<double> gv = rounded(t, {0.75, -1.5, 2.0, -2.5, 3.0, -3.25, -0.0, 1.0, -1.0, -2.0});
     const Tensor g = make_tensor(gv, lay.out_shape(), t);
     const std::vector<double> ref = reference::backward(lay.problem(), gv, y, x, r, "split");
     for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
