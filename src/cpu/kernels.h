@@ -20,8 +20,8 @@ void segment_reduce_bwd(const Plan& plan, const detail::SegmentLayout& lay, cons
 
 // How far ahead (bytes) the short-segment kernels prefetch their data stream
 // (SrPrefetch: the forward's reads, the max/min backward's tie pass); 0 turns the
-// prefetch off. A benchmark knob (the
-// A/B of bench/NOTES.md, session 36): no result depends on it.
+// prefetch off. A benchmark knob (bench/NOTES.md, session 36): no result depends
+// on it.
 std::atomic<int64_t>& segment_prefetch_bytes();
 
 }  // namespace segred::cpu
