@@ -345,9 +345,18 @@ TEST_P(SegmentReduceIsa, ShortSegmentGroupsEqualEachSegmentAloneEveryBuild) {
 // masked run of mixed-tier groups, sr_flat_run_masked, up to several steps), shuffled, data
 // spanning 24-60 binades (so a different order changes the bits), initial none / -0 / 2.5,
 // sum and mean, every build, bit for bit.
-float emulated_flat_sum(const std::vector<float>& x, int64_t b, int64_t n, int kvf) {
+// bfloat16 in the AVX-512 build (pairs = true) takes the parity order instead
+// (segment_reduce_isa_vec.inc, kSrPairs): x[32b + 2j] to a0[j], x[32b + 2j + 1] to
+// a1[j] for every block of 32, a partial last block padded with +0.
+float emulated_flat_sum(const std::vector<float>& x, int64_t b, int64_t n, int kvf, bool pairs = false) {
   std::vector<float> a0(size_t(kvf), 0.0f), a1(size_t(kvf), 0.0f);
   int64_t i = 0;
+  if (pairs)
+    for (; i < n; i += 2 * kvf)
+      for (int k = 0; k < kvf; ++k) {
+        a0[size_t(k)] += i + 2 * k < n ? x[size_t(b + i + 2 * k)] : 0.0f;
+        a1[size_t(k)] += i + 2 * k + 1 < n ? x[size_t(b + i + 2 * k + 1)] : 0.0f;
+      }
   for (; i + 2 * kvf <= n; i += 2 * kvf)
     for (int k = 0; k < kvf; ++k) {
       a0[size_t(k)] += x[size_t(b + i + k)];
@@ -385,39 +394,64 @@ TEST_P(SegmentReduceIsa, FlatSumOrderIsTheLaneContractEveryBuild) {
   // happens and a different order shows (16-bit types: within their range).
   std::uniform_int_distribution<int> e(t == DType::BFloat16 ? -30 : t == DType::Float16 ? -14 : -12,
                                        t == DType::BFloat16 ? 30 : t == DType::Float16 ? 10 : 12);
-  std::vector<double> xd(static_cast<size_t>(L));
-  for (auto& v : xd) v = ((rng() & 1) ? 1.0 : -1.0) * std::ldexp(u(rng), e(rng));
-  xd = rounded(t, xd);
-  const std::vector<float> xf(xd.begin(), xd.end());  // exact: the dtype's values
-  const Tensor xt = make_tensor(xd, Shape{L}, t);
+  // Data 1 (cancelling): each segment is +-s with pairs of +B and -B (B = 2^25 s, s = 1;
+  // float16: B = 2^14, s = 2^-11) at random places. The exact sum is a small multiple
+  // of s, but float absorbs an s added to a +-B, so the result counts the s that
+  // met no B before it cancelled: an order's fingerprint that survives the rounding
+  // of a 16-bit output (data 0's differences mostly do not).
+  const double B = t == DType::Float16 ? 16384.0 : 33554432.0, sm = B / 33554432.0;
   const Tensor mt = make_index(lens, Shape{S}, DType::Int64);
-  IsaScope restore;
-  for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
-    SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
-    cpu::softmax_isa_cap() = isa;
-    const int kvf = isa == 0 ? 4 : isa == 1 ? 8 : 16;
-    for (const char* r : {"sum", "mean"})
-      for (int ini = 0; ini < 3; ++ini) {
-        Segments seg;
-        seg.lengths = mt.view();
-        if (ini == 1) seg.initial = -0.0;
-        if (ini == 2) seg.initial = 2.5;
-        const bool mean = std::string(r) == "mean";
-        const float start = ini == 2 ? 2.5f : ini == 1 ? -0.0f : 0.0f;
-        const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
-        int64_t b = 0;
-        for (int64_t i = 0; i < S; ++i) {
-          const int64_t n = lens[size_t(i)];
-          float v = start + emulated_flat_sum(xf, b, n, kvf);
-          if (n == 0) v = mean ? (ini ? start : std::numeric_limits<float>::quiet_NaN()) : start;
-          else if (mean) v = v / float(n);
-          const double want = round_to(t, double(v)), got = load_value(t, out.data(), i);
-          ASSERT_TRUE(same_value(want, got) && std::signbit(want) == std::signbit(got))
-              << r << " segment " << i << " of length " << n << ", initial " << ini << ": " << got << " vs "
-              << want;
+  for (int data = 0; data < 2; ++data) {
+    SCOPED_TRACE(data ? "cancelling data" : "wide binades");
+    std::vector<double> xd(static_cast<size_t>(L));
+    for (auto& v : xd) v = ((rng() & 1) ? 1.0 : -1.0) * (data ? sm : std::ldexp(u(rng), e(rng)));
+    if (data) {
+      int64_t b = 0;
+      for (int64_t n : lens) {
+        if (n < 4) {
           b += n;
+          continue;
         }
+        std::uniform_int_distribution<int64_t> pos(b, b + n - 1);
+        for (int64_t k = 0; k < n / 4; ++k) {
+          xd[size_t(pos(rng))] = B;
+          xd[size_t(pos(rng))] = -B;  // (may land on the +B: then that B is gone; still exact)
+        }
+        b += n;
       }
+    }
+    xd = rounded(t, xd);
+    const std::vector<float> xf(xd.begin(), xd.end());  // exact: the dtype's values
+    const Tensor xt = make_tensor(xd, Shape{L}, t);
+    IsaScope restore;
+    for (int isa = 0; isa <= int(cpu::softmax_best_isa()); ++isa) {
+      SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
+      cpu::softmax_isa_cap() = isa;
+      const int kvf = isa == 0 ? 4 : isa == 1 ? 8 : 16;
+      const bool pairs = isa == 2 && t == DType::BFloat16;
+      for (const char* r : {"sum", "mean"})
+        for (int ini = 0; ini < 3; ++ini) {
+          Segments seg;
+          seg.lengths = mt.view();
+          if (ini == 1) seg.initial = -0.0;
+          if (ini == 2) seg.initial = 2.5;
+          const bool mean = std::string(r) == "mean";
+          const float start = ini == 2 ? 2.5f : ini == 1 ? -0.0f : 0.0f;
+          const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
+          int64_t b = 0;
+          for (int64_t i = 0; i < S; ++i) {
+            const int64_t n = lens[size_t(i)];
+            float v = start + emulated_flat_sum(xf, b, n, kvf, pairs);
+            if (n == 0) v = mean ? (ini ? start : std::numeric_limits<float>::quiet_NaN()) : start;
+            else if (mean) v = v / float(n);
+            const double want = round_to(t, double(v)), got = load_value(t, out.data(), i);
+            ASSERT_TRUE(same_value(want, got) && std::signbit(want) == std::signbit(got))
+                << r << " segment " << i << " of length " << n << ", initial " << ini << ": " << got << " vs "
+                << want;
+            b += n;
+          }
+        }
+    }
   }
 }
 
@@ -466,6 +500,7 @@ TEST_P(SegmentReduceIsa, UniformAndMixedLengthGroupsEveryBuild) {
     SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(cpu::SoftmaxIsa(isa)));
     cpu::softmax_isa_cap() = isa;
     const int kvf = isa == 0 ? 4 : isa == 1 ? 8 : 16;
+    const bool pairs = isa == 2 && t == DType::BFloat16;
     for (int special = 0; special < 2; ++special) {
       const Tensor xt = make_tensor(special ? xs : xd, Shape{2, L}, t);
       for (const char* r : {"sum", "mean", "max", "min"}) {
@@ -484,7 +519,7 @@ TEST_P(SegmentReduceIsa, UniformAndMixedLengthGroupsEveryBuild) {
             if (order) {
               const bool mean = std::string(r) == "mean";
               const float start = ini ? 2.5f : 0.0f;
-              float v = start + emulated_flat_sum(xf, b, n, kvf);
+              float v = start + emulated_flat_sum(xf, b, n, kvf, pairs);
               if (n == 0) v = mean ? (ini ? start : std::numeric_limits<float>::quiet_NaN()) : start;
               else if (mean) v = v / float(n);
               const double want = round_to(t, double(v)), got = load_value(t, out.data(), i);
