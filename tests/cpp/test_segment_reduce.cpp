@@ -11,6 +11,7 @@
 
 #include "src/cpu/softmax_kernels.h"
 #include "src/cpu/stream_store.h"
+#include "tests/cpp/cpu_scope.h"
 #include "tests/cpp/segment_reduce_test_util.h"
 
 namespace segred::testing {
@@ -654,13 +655,7 @@ void check_streamed_flat_tie_split(DType t) {
   const uint64_t seed = fresh_seed();
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  struct Restore {
-    int64_t bytes = cpu::stream_output_bytes();
-    ~Restore() {
-      cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
-      cpu::stream_output_bytes() = bytes;
-    }
-  } restore;
+  CpuKnobScope restore;
   SegmentProblem sp;
   sp.inner = 1;
   sp.direction = Direction::Bwd;
@@ -794,13 +789,7 @@ TEST(SegmentReduceSignedZero, BackwardKeepsNegativeZero) {
   const uint64_t seed = fresh_seed();
   SEGRED_SEED_TRACE(seed);
   std::mt19937_64 rng(seed);
-  struct Restore {
-    int64_t bytes = cpu::stream_output_bytes();
-    ~Restore() {
-      cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
-      cpu::stream_output_bytes() = bytes;
-    }
-  } restore;
+  CpuKnobScope restore;
   for (int64_t inner : {1, 2, 4, 16}) {
     SegmentProblem sp;
     sp.inner = inner;

@@ -20,6 +20,7 @@
 
 #include "src/cpu/softmax_kernels.h"
 #include "src/cpu/stream_store.h"
+#include "tests/cpp/cpu_scope.h"
 #include "tests/cpp/segment_reduce_test_util.h"
 
 namespace segred::testing {
@@ -28,13 +29,7 @@ namespace {
 const double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-struct IsaScope {
-  int64_t stream_bytes = cpu::stream_output_bytes();
-  ~IsaScope() {
-    cpu::softmax_isa_cap() = int(cpu::SoftmaxIsa::Avx512);
-    cpu::stream_output_bytes() = stream_bytes;
-  }
-};
+using IsaScope = CpuKnobScope;  // tests/cpp/cpu_scope.h
 
 // Every build this CPU runs, each with in-place and staged (streamed) grad_input.
 template <class F> void for_each_isa_and_store(F&& f) {
