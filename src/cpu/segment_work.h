@@ -63,11 +63,18 @@ WorkSplit run_short_segments(const detail::SegmentLayout& lay, int64_t piece_row
   };
   const int64_t total = cost(T) - cost(0);
   const int64_t blocks = std::max<int64_t>(1, total / kBlockWork);
-  auto bound = [&](int64_t k) {  // first t with cost(t) - cost(0) >= k * total / blocks
+  // First t with cost(t) - cost(0) >= k * total / blocks, known to be >= from: galloping
+  // from `from`, then a binary search, so that a search from the previous bound touches
+  // only the offsets between the two (the ones those blocks then read).
+  auto bound = [&](int64_t k, int64_t from) {
     if (k == 0) return int64_t(0);
     if (k == blocks) return T;
     const int64_t target = cost(0) + int64_t((__int128)total * k / blocks);
-    int64_t lo = 0, hi = T;
+    int64_t lo = from, hi = from;
+    for (int64_t step = 1; hi < T && cost(hi) < target; step *= 2) {  // every t < lo is below target
+      lo = hi + 1;
+      hi = std::min(T, hi + step);
+    }
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo) / 2;
       if (cost(mid) >= target) hi = mid;
@@ -89,36 +96,18 @@ WorkSplit run_short_segments(const detail::SegmentLayout& lay, int64_t piece_row
       }
     }
   };
-  // The block bounds, each found once (a block's end is the next one's start):
-  // every search's last steps miss the cache on a large offsets array (the
-  // searches were ~6% of the 1d_exp40 bf16 forward's samples when each block ran
-  // its two, session 37). Consecutive bounds of one thread are found by galloping
-  // from the previous one, which touches only the offsets between them (the ones
-  // the blocks then read).
+  // The block bounds, each found once (a block's end is the next one's start), a
+  // thread's consecutive ones from its previous one: every search's last steps miss
+  // the cache on a large offsets array (two binary searches a block were ~6% of the
+  // 1d_exp40 bf16 forward's samples, session 37).
   std::vector<int64_t> bounds(static_cast<size_t>(blocks + 1));
-  auto bound_after = [&](int64_t k, int64_t from) {  // bound(k), knowing bound(k - 1) == from
-    if (k == blocks) return T;
-    const int64_t target = cost(0) + int64_t((__int128)total * k / blocks);
-    int64_t lo = from, step = 1, hi = from;
-    while (hi < T && cost(hi) < target) {  // gallop: cost(lo) < target after the first step
-      lo = hi + 1;
-      hi = std::min(T, hi + step);
-      step *= 2;
-    }
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (cost(mid) >= target) hi = mid;
-      else lo = mid + 1;
-    }
-    return lo;
-  };
   std::vector<std::vector<LongSegment>> longs(static_cast<size_t>(blocks));
 #pragma omp parallel if (total >= kSerialWork && blocks > 1)
   {
     int64_t prev_k = -2, prev_b = 0;  // this thread's last bound
 #pragma omp for schedule(static)
     for (int64_t k = 0; k <= blocks; ++k) {
-      const int64_t b = k == 0 ? 0 : prev_k == k - 1 ? bound_after(k, prev_b) : bound(k);
+      const int64_t b = bound(k, prev_k == k - 1 ? prev_b : 0);
       bounds[size_t(k)] = b;
       prev_k = k;
       prev_b = b;

@@ -330,6 +330,20 @@ TEST_P(SegmentReduceIsa, ShortSegmentGroupsEqualEachSegmentAloneEveryBuild) {
   }
 }
 
+// Segments of `lengths` with initial value case ini (0: none, 1: -0, 2: 2.5) and the
+// float start value a sum over them begins from (the order tests' emulations).
+struct WithInitial {
+  Segments seg;
+  float start;
+};
+WithInitial with_initial(const Tensor& lengths, int ini) {
+  WithInitial w{Segments{}, ini == 2 ? 2.5f : ini == 1 ? -0.0f : 0.0f};
+  w.seg.lengths = lengths.view();
+  if (ini == 1) w.seg.initial = -0.0;
+  if (ini == 2) w.seg.initial = 2.5;
+  return w;
+}
+
 // The flat forward's order of additions, emulated in float: per segment two kVF-lane
 // accumulators (vectors of the pair loop to a0 / a1, an odd vector to a0, the tail
 // padded with +0 to a1), a0 + a1, then the lane tree (lane k + lane k + W/2, halving),
@@ -426,12 +440,8 @@ TEST_P(SegmentReduceIsa, FlatSumOrderIsTheLaneContractEveryBuild) {
       const bool pairs = isa == 2 && t == DType::BFloat16;
       for (const char* r : {"sum", "mean"})
         for (int ini = 0; ini < 3; ++ini) {
-          Segments seg;
-          seg.lengths = mt.view();
-          if (ini == 1) seg.initial = -0.0;
-          if (ini == 2) seg.initial = 2.5;
+          const auto [seg, start] = with_initial(mt, ini);
           const bool mean = std::string(r) == "mean";
-          const float start = ini == 2 ? 2.5f : ini == 1 ? -0.0f : 0.0f;
           const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
           int64_t b = 0;
           for (int64_t i = 0; i < S; ++i) {
@@ -647,12 +657,8 @@ TEST_P(SegmentReduceWideRows, ForwardOrderAndSpecialsEveryBuild) {
       if (t != DType::Float64 && f >= kvf)
         for (const char* r : {"sum", "mean"})
           for (int ini = 0; ini < 3; ++ini) {
-            Segments seg;
-            seg.lengths = mt.view();
-            if (ini == 1) seg.initial = -0.0;
-            if (ini == 2) seg.initial = 2.5;
+            const auto [seg, start] = with_initial(mt, ini);
             const bool mean = std::string(r) == "mean";
-            const float start = ini == 2 ? 2.5f : ini == 1 ? -0.0f : 0.0f;
             const Tensor out = segment_reduce(xt, parse_reduce(r), seg);
             int64_t b = 0;
             for (int64_t i = 0; i < S; ++i) {
