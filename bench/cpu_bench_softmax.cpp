@@ -16,11 +16,15 @@
 // OMP_NUM_THREADS set to the cores to use; inputs are random (never zeros) and,
 // except the small calls, larger than the last-level cache in total.
 // Names: softmax/<shape>/dim<d>/<dtype>/<fwd|bwd>[/log]/<path kind>.
+// Environment: SEGRED_BENCH_SOFTMAX_STREAM=0|1|2 sets the output store mode
+// (cpu::softmax_stream_mode: 0 the plan's rule, 1 never stream, 2 always) for an
+// A/B of one binary (bench/cpu_ab.py with a wrapper script per setting).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -30,6 +34,7 @@
 #include "bench/fill_random.h"
 #include "bench/memcpy_baseline.h"
 #include "segred/segred.h"
+#include "src/cpu/softmax_kernels.h"
 
 namespace {
 
@@ -115,6 +120,7 @@ void run_case(benchmark::State& state, const Case& c) {
 }
 
 int register_all() {
+  if (const char* m = std::getenv("SEGRED_BENCH_SOFTMAX_STREAM")) cpu::softmax_stream_mode() = std::atoi(m);
   struct Row {
     Shape shape;
     int64_t dim;

@@ -119,6 +119,8 @@ int64_t count_cpu_list(std::string_view s) {
   return n;
 }
 
+int64_t capped_llc_share(int64_t reported) { return std::min(reported, kMaxLlcSharePerCpu); }
+
 namespace {
 
 std::string read_small_file(const std::string& path) {
@@ -132,13 +134,14 @@ std::string read_small_file(const std::string& path) {
   return s;
 }
 
-// The last-level cache's share of one CPU: the largest cache level that sysfs
-// lists for cpu0, divided among the CPUs that share that instance. sysconf's
-// _SC_LEVEL3_CACHE_SIZE is the fallback, divided among all online CPUs: on some
-// virtual machines it reports the whole package's L3 (the development machine
-// of session 25: 256 MiB from sysconf on 2 vCPUs whose L3 instance is 32 MiB),
-// so that outputs of 200 MB took ordinary stores and paid a read for ownership.
-int64_t llc_share_per_cpu() {
+// The last-level cache's share of one CPU as the machine reports it: the largest
+// cache level that sysfs lists for cpu0, divided among the CPUs that share that
+// instance. sysconf's _SC_LEVEL3_CACHE_SIZE is the fallback, divided among all
+// online CPUs: on some virtual machines it reports the whole package's L3 (the
+// development machine of session 25: 256 MiB from sysconf on 2 vCPUs whose L3
+// instance is 32 MiB), so that outputs of 200 MB took ordinary stores and paid a
+// read for ownership.
+int64_t llc_share_reported() {
   int64_t best_level = 0, size = 0, sharing = 0;
   for (int i = 0; i < 16; ++i) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
@@ -161,6 +164,8 @@ int64_t llc_share_per_cpu() {
 #endif
   return (v > 0 ? int64_t(v) : int64_t(32) << 20) / cpus;  // unknown: assume 32 MiB
 }
+
+int64_t llc_share_per_cpu() { return capped_llc_share(llc_share_reported()); }
 
 // cpu0's level-2 cache (the size of its instance: a core's, or a pair of SMT
 // threads'), sysconf's _SC_LEVEL2_CACHE_SIZE as the fallback; 0 when neither says.

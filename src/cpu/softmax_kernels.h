@@ -54,6 +54,17 @@ bool softmax_stream_output(int64_t bytes_moved);
 // malformed).
 int64_t parse_cache_size(std::string_view s);
 int64_t count_cpu_list(std::string_view s);
+// The share of the last-level cache that the rule above assumes per CPU: the
+// machine's report, at most kMaxLlcSharePerCpu. Virtual machines can report the
+// host package's whole L3 as shared by their few vCPUs: the development machine
+// of session 38 reports 480 MiB shared by its 2 vCPUs (240 MiB a CPU), so that no
+// call under 480 MiB streamed, while ordinary stores there already lose 0.64-0.73x
+// from 128 MiB moved (a 64 MiB float32 tensor) and win by 1.03-1.11x only up to
+// 64 MiB moved (bench/NOTES.md, session 38). No real part has more than ~16 MiB of
+// LLC a core (3D V-Cache parts: 12 MiB), so the cap changes nothing where the
+// report is physical (the H200 host: 300 MiB / 16 CPUs = 18.75 MiB a CPU).
+inline constexpr int64_t kMaxLlcSharePerCpu = int64_t(32) << 20;
+int64_t capped_llc_share(int64_t reported);
 
 // Test hooks: n values through the kernels' vector loads (widen) and stores
 // (narrow) of the given build, whole vectors and a partial last one.

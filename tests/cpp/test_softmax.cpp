@@ -933,6 +933,20 @@ TEST(SoftmaxCpu, CacheSizeAndCpuListParsers) {
   EXPECT_EQ(cpu::count_cpu_list("99999999999999999999"), 0);
 }
 
+// The LLC share behind the streaming rule: physical reports pass through, a
+// virtual machine's whole-package L3 over 2 vCPUs (session 38: 480 MiB / 2) is
+// capped, and with the cap 2 threads stream a call moving 128 MiB but not one
+// moving 64 MiB (the crossover measured on that machine).
+TEST(SoftmaxCpu, LlcShareCappedForVirtualMachineReports) {
+  const int64_t MiB = int64_t(1) << 20;
+  EXPECT_EQ(cpu::capped_llc_share(300 * MiB / 16), 300 * MiB / 16);
+  EXPECT_EQ(cpu::capped_llc_share(2 * MiB), 2 * MiB);
+  EXPECT_EQ(cpu::capped_llc_share(480 * MiB / 2), cpu::kMaxLlcSharePerCpu);
+  const int64_t threshold = 2 * cpu::capped_llc_share(480 * MiB / 2);
+  EXPECT_GT(128 * MiB, threshold);
+  EXPECT_LE(64 * MiB, threshold);
+}
+
 // ---- validation --------------------------------------------------------------------
 
 template <class E, class F>
