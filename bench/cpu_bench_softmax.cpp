@@ -18,7 +18,9 @@
 // Names: softmax/<shape>/dim<d>/<dtype>/<fwd|bwd>[/log]/<path kind>.
 // Environment: SEGRED_BENCH_SOFTMAX_STREAM=0|1|2 sets the output store mode
 // (cpu::softmax_stream_mode: 0 the plan's rule, 1 never stream, 2 always) for an
-// A/B of one binary (bench/cpu_ab.py with a wrapper script per setting).
+// A/B of one binary (bench/cpu_ab.py with a wrapper script per setting);
+// SEGRED_BENCH_SOFTMAX_L2=BYTES the L2 size the CPU plan assumes
+// (cpu::softmax_l2_override; its tile rules differ below and above 1 MiB).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -121,6 +123,7 @@ void run_case(benchmark::State& state, const Case& c) {
 
 int register_all() {
   if (const char* m = std::getenv("SEGRED_BENCH_SOFTMAX_STREAM")) cpu::softmax_stream_mode() = std::atoi(m);
+  if (const char* l2 = std::getenv("SEGRED_BENCH_SOFTMAX_L2")) cpu::softmax_l2_override() = std::atoll(l2);
   struct Row {
     Shape shape;
     int64_t dim;
