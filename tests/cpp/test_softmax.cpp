@@ -334,6 +334,54 @@ TYPED_TEST(SoftmaxDtype, StreamingStoresAtEveryAlignment) {
   }
 }
 
+// The short-row kernel runs rows of up to 8 vectors (4 on AVX2 / SSE2) two at a
+// time (session 38, short_rows R = 2) with each row's operations and order those
+// of a row alone: a row's bits must not depend on whether it was paired, so 7
+// rows at once (three pairs and a single) equal the same rows one call each, bit
+// for bit but for the sign of a NaN, random and special-value rows, every ISA
+// build and store mode.
+TYPED_TEST(SoftmaxDtype, ShortRowsPairedBitwiseAsAlone) {
+  using T = TypeParam;
+  IsaAndStreamScope restore;
+  Rng rng;
+  SEED_TRACE(rng);
+  const DType dt = dtype_of<T>();
+  constexpr int64_t kRows = 7;
+  for (cpu::SoftmaxIsa isa : runnable_isas())
+    for (int mode : {1, 2}) {
+      cpu::softmax_isa_cap() = int(isa);
+      cpu::softmax_stream_mode() = mode;
+      for (int64_t D : {1, 5, 16, 33, 64, 100, 128}) {
+        SCOPED_TRACE(::testing::Message() << "isa " << cpu::softmax_isa_name(isa) << " mode " << mode << " D " << D);
+        std::vector<double> xd = rng.values(size_t(kRows * D), 6.0);
+        xd[size_t(2 * D)] = kNaN;                                           // row 2: NaN
+        for (int64_t i = 0; i < D; ++i) xd[size_t(4 * D + i)] = -kInf;     // row 4: all -inf
+        xd[size_t(5 * D + D - 1)] = kInf;                                   // row 5: +inf last
+        std::vector<T> xt = to_t<T>(xd);
+        for (bool log : {false, true}) {
+          std::vector<T> all(size_t(kRows * D)), one(size_t(kRows * D));
+          const Shape sh{kRows, D};
+          log ? log_softmax_out(TensorView(xt.data(), dt, sh), 1, TensorView(all.data(), dt, sh))
+              : softmax_out(TensorView(xt.data(), dt, sh), 1, TensorView(all.data(), dt, sh));
+          for (int64_t r = 0; r < kRows; ++r) {
+            const Shape s1{1, D};
+            const TensorView xv(xt.data() + r * D, dt, s1), yv(one.data() + r * D, dt, s1);
+            log ? log_softmax_out(xv, 1, yv) : softmax_out(xv, 1, yv);
+          }
+          // Bit for bit, except which NaN (x86 returns an operand's NaN, and the
+          // compiler may order a commutative NaN-propagating operation either way:
+          // SEMANTICS.md fixes no NaN bits).
+          const auto a = as_double(all.data(), all.size()), b = as_double(one.data(), one.size());
+          for (size_t i = 0; i < all.size(); ++i) {
+            if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+            ASSERT_EQ(std::memcmp(&all[i], &one[i], sizeof(T)), 0)
+                << (log ? "log_softmax" : "softmax") << " element " << i << ": " << a[i] << " paired, " << b[i] << " alone";
+          }
+        }
+      }
+    }
+}
+
 // Rows longer than the lastdim block (plan.chunk) and columns longer than a
 // spatial statistics block, with the maximum in a late block, a first block of
 // only -inf, and a spatial tile narrower than inner (partial last tile).
