@@ -58,9 +58,10 @@ int64_t count_cpu_list(std::string_view s);
 // machine's report, at most kMaxLlcSharePerCpu. Virtual machines can report the
 // host package's whole L3 as shared by their few vCPUs: the development machine
 // of session 38 reports 480 MiB shared by its 2 vCPUs (240 MiB a CPU), so that no
-// call under 480 MiB streamed, while ordinary stores there already lose 0.64-0.73x
-// from 128 MiB moved (a 64 MiB float32 tensor) and win by 1.03-1.11x only up to
-// 64 MiB moved (bench/NOTES.md, session 38). No real part has more than ~16 MiB of
+// call under 480 MiB streamed, while there streaming stores take 0.64-0.73 of the
+// ordinary stores' time from 128 MiB moved (a 64 MiB float32 tensor), and ordinary
+// stores are as fast or up to 1.11x faster only up to 64 MiB moved
+// (bench/results/dev-session38/cpu-softmax-stream-crossover.md). No real part has more than ~16 MiB of
 // LLC a core (3D V-Cache parts: 12 MiB), so the cap changes nothing where the
 // report is physical (the H200 host: 300 MiB / 16 CPUs = 18.75 MiB a CPU).
 inline constexpr int64_t kMaxLlcSharePerCpu = int64_t(32) << 20;
