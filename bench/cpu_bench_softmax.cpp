@@ -20,7 +20,9 @@
 // (cpu::softmax_stream_mode: 0 the plan's rule, 1 never stream, 2 always) for an
 // A/B of one binary (bench/cpu_ab.py with a wrapper script per setting);
 // SEGRED_BENCH_SOFTMAX_L2=BYTES the L2 size the CPU plan assumes
-// (cpu::softmax_l2_override; its tile rules differ below and above 1 MiB).
+// (cpu::softmax_l2_override; its tile rules differ below and above 1 MiB);
+// SEGRED_BENCH_SOFTMAX_PREFETCH=BYTES the long-row prefetch distance
+// (cpu::softmax_long_row_prefetch; 0: off).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -124,6 +126,7 @@ void run_case(benchmark::State& state, const Case& c) {
 int register_all() {
   if (const char* m = std::getenv("SEGRED_BENCH_SOFTMAX_STREAM")) cpu::softmax_stream_mode() = std::atoi(m);
   if (const char* l2 = std::getenv("SEGRED_BENCH_SOFTMAX_L2")) cpu::softmax_l2_override() = std::atoll(l2);
+  if (const char* pf = std::getenv("SEGRED_BENCH_SOFTMAX_PREFETCH")) cpu::softmax_long_row_prefetch() = std::atoll(pf);
   struct Row {
     Shape shape;
     int64_t dim;

@@ -8,7 +8,8 @@
 // a W repeated alternates with the others in one process: the pairs of
 // bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index;
 // SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25),
-// SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores. (Session 28's
+// SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores, SWEEP_PF=a,b,... long-row
+// prefetch distances (session 39). (Session 28's
 // SWEEP_RECOMPUTE_PAIRS, the forward recomputing its exps, went with that form:
 // bench/NOTES.md, session 29.)
 #include <omp.h>
@@ -81,6 +82,17 @@ int main(int argc, char** argv) {
         // (softmax_stream_mode 1), odd ones with streaming stores (2) (session 25).
         if (std::getenv("SWEEP_STREAM_PAIRS")) cpu::softmax_stream_mode() = (&w - ws.data()) % 2 == 1 ? 2 : 1;
         if ((&w - ws.data()) % 2 == 1) force(std::getenv("SWEEP_FORM_ODD"));
+        // SWEEP_PF=a,b,...: the long-row prefetch distance (cpu::softmax_long_row_prefetch)
+        // of the W list's positions in turn (session 39).
+        if (const char* pfs = std::getenv("SWEEP_PF")) {
+          std::vector<int64_t> v;
+          for (const char* c = pfs; *c;) {
+            v.push_back(std::atoll(c));
+            while (*c && *c != ',') ++c;
+            if (*c) ++c;
+          }
+          if (!v.empty()) cpu::softmax_long_row_prefetch() = v[size_t(&w - ws.data()) % v.size()];
+        }
         std::vector<double> t;
         for (int k = 0; k < 8; ++k) {
           const auto t0 = std::chrono::steady_clock::now();
@@ -92,8 +104,10 @@ int main(int argc, char** argv) {
         std::sort(t.begin(), t.end());
         const double gbps = (bwd ? 3 : 2) * tb / t[t.size() / 2] / 1e9;
         const char* form = plan.path.find("stream") != std::string_view::npos ? "stream" : "";
-        std::printf("%-18s dim%ld %s %s %-6s W=%-5ld st%d %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(), long(c.dim),
-                    std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", form, long(plan.chunk), int(cpu::softmax_stream_mode().load()), t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
+        std::printf("%-18s dim%ld %s %s %-6s W=%-5ld st%d pf%-5ld %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(),
+                    long(c.dim), std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", form, long(plan.chunk),
+                    int(cpu::softmax_stream_mode().load()), long(cpu::softmax_long_row_prefetch().load()),
+                    t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
         std::fflush(stdout);
       }
     }

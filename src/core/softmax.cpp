@@ -83,13 +83,16 @@ constexpr int64_t kWholeRowItemsPerThread = 4;
 // (512 KiB of L2) the same tiles spill and the whole rows won (0.54-0.97x). So the
 // tiles of sessions 5-10 where L2 >= kLargeL2Bytes, whole rows and spatial_stream below
 // it and where the size is unknown (they assume no cache between the passes).
+// Session 39: for a long D (> kLongDim) that split is gone. spatial_stream now
+// prefetches along its rows (cpu::softmax_long_row_prefetch) and sums its
+// statistics with exp16, and on the development machine (Intel VM, 2 MiB of L2)
+// the small-L2 family beat the large-L2 one on every long-D row (3 alternated
+// rounds, bench/results/dev-session39/): [8192, 8192] dim 0 forward 0.84x
+// (spatial_stream against the 256-column tile of exps), backward 0.88x and [32,
+// 1000, 4096] backward 0.87x (whole rows against 1024 columns); while D <= 512
+// the large-L2 tiles stay ([64, 256, 56, 56] backward 1.17-1.39x slower in whole
+// rows there, [8, 4, 2^22] 1.12x).
 constexpr int64_t kLargeL2Bytes = int64_t(1) << 20;
-// Large-L2 tiles (sessions 5-10, the benchmark host): the backward with D > 512 takes
-// 1024 columns; the forward past the L2 rule a tile of exps near kLongTileBytes, whole
-// cache lines, 256 to 1024 columns.
-constexpr int64_t kWideCols = 1024;
-constexpr int64_t kLongTileBytes = int64_t(4) << 20;
-constexpr int64_t kL3TileMinCols = 256;
 
 int64_t whole_row_cols(const SoftmaxProblem& p, int64_t es) {
   if (p.inner <= 0 || p.outer <= 0 || p.dim_size <= 0) return std::max<int64_t>(0, p.inner);  // no item runs
@@ -135,12 +138,10 @@ SoftmaxProblem make_softmax_problem(const Shape& sizes, int64_t dim, DType dtype
 }
 
 // CPU plan. One path per (op, direction, inner == 1 or not; the forward's
-// spatial_stream past the L2 rule where L2 is small or unknown), 64-bit indices.
-// The worked examples below are for a small or unknown L2 (cpu_l2_bytes < 1 MiB);
-// with >= 1 MiB (the benchmark host): [32, 1000, 4096] backward W = 1024, [8192, 8192]
-// over dim 0 spatial (not streamed) with W = 4 MiB / (4 B x 8192) -> 128 -> at least
-// 256 forward and 1024 backward, [64, 256, 56, 56] backward rows of 1 KiB like the
-// forward's.
+// spatial_stream past the L2 rule), 64-bit indices. The worked examples below are
+// for a small or unknown L2 (cpu_l2_bytes < 1 MiB); with >= 1 MiB (the benchmark
+// host, the development machine) the one difference: the backward with D <= 512
+// takes rows of 1 KiB like the forward's ([64, 256, 56, 56]: W = 256).
 // Worked example, softmax forward float32 over dim 1 of [32, 1000, 4096]:
 // inner = 4096 > 1: spatial; D = 1000 > 512, and 1000 * 128 * (4 + 4) B <= 1 MiB:
 // W = 128, 32 outer indices x 32 tiles = 1024 work items of a [1000, 128] tile
@@ -177,7 +178,7 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   // The forward's [D, 128] tiles of x and of the exps fit in half of L2 up to this D.
   const int64_t l2_rows = kL2TileBytes / (kTileCols * (acc + es));
   const bool large_l2 = p.cpu_l2_bytes >= kLargeL2Bytes;
-  const bool streamed = !last && fwd && !large_l2 && p.dim_size > kLongDim && p.dim_size > l2_rows;
+  const bool streamed = !last && fwd && p.dim_size > kLongDim && p.dim_size > l2_rows;
   if (p.log) {
     if (fwd) plan.path = last ? "log_softmax.fwd.cpu.lastdim.i64"
                          : streamed ? "log_softmax.fwd.cpu.spatial_stream.i64" : "log_softmax.fwd.cpu.spatial.i64";
@@ -191,15 +192,12 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   const int64_t row_cols = std::max(kTileCols, kRowBytes / es);  // rows of 1 KiB
   if (last) {
     plan.chunk = fwd ? kL1Block / es : 0;
-  } else if (large_l2 && !fwd) {
-    plan.chunk = std::min(p.dim_size > kLongDim ? kWideCols : row_cols, p.inner);
+  } else if (large_l2 && !fwd && p.dim_size <= kLongDim) {
+    plan.chunk = std::min(row_cols, p.inner);
   } else if (!fwd || streamed) {
     plan.chunk = whole_row_cols(p, es);
   } else {
-    const int64_t w = p.dim_size > kLongDim
-                          ? (p.dim_size <= l2_rows ? kTileCols  // else large_l2: the long tile of exps
-                                                   : std::clamp<int64_t>(kLongTileBytes / acc / p.dim_size / 16 * 16,
-                                                                         kL3TileMinCols, kWideCols))
+    const int64_t w = p.dim_size > kLongDim ? kTileCols  // D <= l2_rows here
                       : p.dim_size < kShortFwdRows ? kTileCols
                                                    : row_cols;
     plan.chunk = std::min(w, p.inner);

@@ -187,6 +187,11 @@ int64_t l2_of_cpu0() {
 
 }  // namespace
 
+std::atomic<int64_t>& softmax_long_row_prefetch() {
+  static std::atomic<int64_t> v{kLongRowPrefetchBytes};
+  return v;
+}
+
 std::atomic<int64_t>& softmax_l2_override() {
   static std::atomic<int64_t> v{-1};
   return v;

@@ -210,9 +210,10 @@ TEST(SoftmaxPlan, ChunkRules) {
 }
 
 // Session 26: with an L2 of >= 1 MiB per core (SoftmaxProblem::cpu_l2_bytes; the
-// benchmark host has 2 MiB) the tiles of sessions 5-10: the backward rows of 1 KiB
-// (D <= 512) or 1024 columns, the forward past the L2 rule a tile of exps near 4 MiB
-// of 256 to 1024 columns, no spatial_stream. The worked examples, then the boundary.
+// benchmark host and the development machine have 2 MiB) the backward with D <= 512
+// takes rows of 1 KiB like the forward's. Session 39: past D = 512 both L2 sizes plan
+// alike (whole rows backward, spatial_stream forward past the L2 rule; before, the
+// large L2 took 1024 columns and a tile of exps). The worked examples, then the boundary.
 TEST(SoftmaxPlan, LargeL2Tiles) {
   auto plan = [](const Shape& s, int64_t dim, Direction dir = Direction::Fwd, bool log = false,
                  DType dt = DType::Float32, int64_t l2 = int64_t(2) << 20, int threads = 2) {
@@ -223,7 +224,7 @@ TEST(SoftmaxPlan, LargeL2Tiles) {
   };
   const Direction B = Direction::Bwd;
   EXPECT_EQ(plan({32, 1000, 4096}, 1).chunk, 128);
-  EXPECT_EQ(plan({32, 1000, 4096}, 1, B).chunk, 1024);
+  EXPECT_EQ(plan({32, 1000, 4096}, 1, B).chunk, 4096);                  // D > 512: whole rows
   EXPECT_EQ(plan({64, 256, 56, 56}, 1).chunk, 256);
   EXPECT_EQ(plan({64, 256, 56, 56}, 1, B).chunk, 256);                   // rows of 1 KiB, as the forward
   EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, true, DType::Float16).chunk, 512);
@@ -233,30 +234,34 @@ TEST(SoftmaxPlan, LargeL2Tiles) {
   EXPECT_EQ(plan({8, 4, 4194304}, 1, B).chunk, 256);
   EXPECT_EQ(plan({64, 512, 300}, 1, B, false, DType::Float16).chunk, 300);  // never wider than inner
   EXPECT_EQ(plan({4, 1024, 4096}, 1).chunk, 128);                        // 1 MiB: fits
-  EXPECT_EQ(plan({4, 1025, 4096}, 1).chunk, 1008);                       // 4 MiB / (4 B x 1025) = 1023 -> 1008
-  EXPECT_EQ(plan({4, 1366, 4096}, 1, Direction::Fwd, false, DType::BFloat16).chunk, 752);
-  EXPECT_EQ(plan({4, 1000, 4096}, 1, Direction::Fwd, false, DType::Float64).chunk, 512);  // 16 B per value
-  EXPECT_EQ(plan({8192, 8192}, 0).chunk, 256);
-  EXPECT_EQ(plan({8192, 8192}, 0, B).chunk, 1024);
-  EXPECT_EQ(plan({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 512);
-  EXPECT_EQ(plan({1, k2_32, 1000}, 1).chunk, 256);                       // huge D: at least 256 columns
+  EXPECT_EQ(plan({4, 1025, 4096}, 1).chunk, 4096);                       // spatial_stream: whole rows
+  EXPECT_EQ(plan({4, 1366, 4096}, 1, Direction::Fwd, false, DType::BFloat16).chunk, 4096);
+  EXPECT_EQ(plan({4, 1000, 4096}, 1, Direction::Fwd, false, DType::Float64).chunk, 4096);  // 16 B per value
+  EXPECT_EQ(plan({8192, 8192}, 0).chunk, 4096);                          // 2 threads: 2 items of 4096
+  EXPECT_EQ(plan({8192, 8192}, 0, B).chunk, 4096);
+  EXPECT_EQ(plan({2000, 8192}, 0, Direction::Fwd, false, DType::Float16).chunk, 4096);
+  EXPECT_EQ(plan({1, k2_32, 1000}, 1).chunk, 512);                       // huge D: whole rows, cut for 2 threads
   for (bool log : {false, true}) {
     const std::string op = log ? "log_softmax" : "softmax";
-    EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, log).path, op + ".fwd.cpu.spatial.i64");
-    EXPECT_EQ(plan({3, 1025, 40}, 1, Direction::Fwd, log).path, op + ".fwd.cpu.spatial.i64");
-    EXPECT_EQ(plan({3, 513, 40}, 1, Direction::Fwd, log, DType::Float64).path, op + ".fwd.cpu.spatial.i64");
+    EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, log).path, op + ".fwd.cpu.spatial_stream.i64");
+    EXPECT_EQ(plan({3, 1024, 40}, 1, Direction::Fwd, log).path, op + ".fwd.cpu.spatial.i64");
+    EXPECT_EQ(plan({3, 1025, 40}, 1, Direction::Fwd, log).path, op + ".fwd.cpu.spatial_stream.i64");
+    EXPECT_EQ(plan({3, 512, 40}, 1, Direction::Fwd, log, DType::Float64).path, op + ".fwd.cpu.spatial.i64");
+    EXPECT_EQ(plan({3, 513, 40}, 1, Direction::Fwd, log, DType::Float64).path, op + ".fwd.cpu.spatial_stream.i64");
     EXPECT_EQ(plan({3, 1025, 1}, 1, Direction::Fwd, log).path, op + ".fwd.cpu.lastdim.i64");
   }
-  // The boundary: 1 MiB is large; 1 MiB - 1 and unknown (0) are the small-L2 rules.
-  EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, false, DType::Float32, int64_t(1) << 20).path,
-            "softmax.fwd.cpu.spatial.i64");
-  EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, false, DType::Float32, (int64_t(1) << 20) - 1).path,
-            "softmax.fwd.cpu.spatial_stream.i64");
-  EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, false, DType::Float32, 0).path, "softmax.fwd.cpu.spatial_stream.i64");
+  // The boundary: 1 MiB is large; 1 MiB - 1 and unknown (0) are the small-L2 rules
+  // (they differ only for D <= 512 backwards); D = 512 / 513 at both sizes.
+  EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::Float32, int64_t(1) << 20).chunk, 256);
   EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::Float32, (int64_t(1) << 20) - 1).chunk, 3136);
   EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::Float32, 0).chunk, 3136);
-  // The large-L2 tiles do not depend on the thread count.
-  for (int threads : {1, 3, 16}) EXPECT_EQ(plan({8192, 8192}, 0, B, false, DType::Float32, int64_t(2) << 20, threads).chunk, 1024);
+  for (int64_t l2 : {int64_t(0), int64_t(1) << 20}) {
+    EXPECT_EQ(plan({4, 512, 4096}, 1, B, false, DType::Float32, l2).chunk, l2 ? 256 : 4096);
+    EXPECT_EQ(plan({4, 513, 4096}, 1, B, false, DType::Float32, l2).chunk, 4096);
+    EXPECT_EQ(plan({8192, 8192}, 0, Direction::Fwd, false, DType::Float32, l2).path, "softmax.fwd.cpu.spatial_stream.i64");
+  }
+  // The large-L2 rows of 1 KiB do not depend on the thread count.
+  for (int threads : {1, 3, 16}) EXPECT_EQ(plan({64, 256, 56, 56}, 1, B, false, DType::Float32, int64_t(2) << 20, threads).chunk, 256);
 }
 
 TEST(SoftmaxPlan, EveryPlannedPathIsRegistered) {

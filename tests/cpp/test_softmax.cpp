@@ -100,14 +100,12 @@ Problem decompose(const Shape& shape, int64_t dim) {
 }
 
 // The path a call must reach: lastdim when inner == 1, else spatial, except the
-// forward over a D past spatial's L2 rule (plan_softmax) on a CPU whose L2 is under
-// 1 MiB or unknown (the one the API layer reads, or the test override): spatial_stream.
+// forward over a D past spatial's L2 rule (plan_softmax): spatial_stream.
 std::string path_of(bool log, Direction dir, const reference::SoftmaxShape& s, DType dt) {
   const int64_t l2_rows = dt == DType::Float64 ? 512 : dt == DType::Float32 ? 1024 : 1365;
-  const bool large_l2 = cpu::softmax_l2_bytes() >= (int64_t(1) << 20);
-  const char* kind = s.inner == 1 ? "lastdim"
-                     : dir == Direction::Fwd && !large_l2 && s.D > 512 && s.D > l2_rows ? "spatial_stream"
-                                                                                         : "spatial";
+  const char* kind = s.inner == 1                                              ? "lastdim"
+                     : dir == Direction::Fwd && s.D > 512 && s.D > l2_rows ? "spatial_stream"
+                                                                           : "spatial";
   return std::string(log ? "log_softmax." : "softmax.") + (dir == Direction::Fwd ? "fwd" : "bwd") + ".cpu." + kind +
          ".i64";
 }
@@ -792,7 +790,7 @@ TEST(SoftmaxTrace, LogSoftmaxBwdSpatial) { expect_single_launch({true, Direction
 // spatial_stream, one launch, values against the reference; the backward of the
 // same shape stays spatial.
 void expect_stream_launch(bool log) {
-  const L2Scope small_l2(512 << 10);  // spatial_stream is the small-L2 machines' path
+  const L2Scope small_l2(512 << 10);  // (every L2 size streams these; session 39)
   const int64_t D = 1030, I = 3;
   std::vector<float> x(size_t(D * I)), g(size_t(D * I));
   for (size_t i = 0; i < x.size(); ++i) {
@@ -916,9 +914,9 @@ TEST(SoftmaxCpu, SpatialBackwardBitwiseEqualForEveryThreadCount) {
 }
 
 // Session 26: the two tile families (plan_softmax, kLargeL2Bytes): each shape under an
-// L2 of 2 MiB (rows of 1 KiB or 1024 columns, the forward's long tile of exps, no
-// spatial_stream) and of 512 KiB (whole rows, spatial_stream), against the reference,
-// with the paths traced as planned; the backward's bits equal under both.
+// L2 of 2 MiB (backward rows of 1 KiB where D <= 512) and of 512 KiB (whole rows),
+// against the reference, with the paths traced as planned; the backward's bits equal
+// under both. (Past D = 512 both plan alike since session 39.)
 TEST(SoftmaxCpu, LargeAndSmallL2TilesGiveTheSameBits) {
   Rng rng;
   SEED_TRACE(rng);
@@ -958,6 +956,47 @@ TEST(SoftmaxCpu, LargeAndSmallL2TilesGiveTheSameBits) {
       EXPECT_EQ(0, std::memcmp(gis[0].data(), gi_small.data(), n * 4)) << shape_string(shape);
     }
   }
+}
+
+// Session 39: spatial_stream's passes prefetch along the tile's rows, and past a
+// row's end into the row the pass reads next (cpu::softmax_long_row_prefetch). A
+// prefetch moves no value: every distance gives the bits of none, on tiles cut
+// from whole rows (W < inner: the wrap to the next row or block) and whole, on
+// both threads, for float32 and float16, softmax and log_softmax.
+TEST(SoftmaxCpu, LongRowPrefetchChangesNoBit) {
+  Rng rng;
+  SEED_TRACE(rng);
+  OmpThreadsScope restore;
+  omp_set_num_threads(2);
+  const L2Scope small_l2(512 << 10);  // (every L2 size streams these; session 39)
+  const int64_t saved = cpu::softmax_long_row_prefetch().load();
+  for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
+           {{1, 1400, 300}, 1}, {{1400, 257}, 0}, {{2, 1400, 3}, 1}, {{3, 1500, 40}, 1}}) {  // D > 1365: float16 streams too
+    const int64_t n = numel(shape);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = float(rng.uniform(-8, 8));
+    std::vector<half_t> xh(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xh[i] = to_half(x[i]);
+    for (DType dt : {DType::Float32, DType::Float16}) {
+      const TensorView xv = dt == DType::Float32 ? TensorView(x.data(), dt, shape) : TensorView(xh.data(), dt, shape);
+      const size_t bytes = size_t(n) * size_t(dtype_size(dt));
+      for (bool log : {false, true}) {
+        std::vector<Tensor> ys;
+        for (int64_t pf : {int64_t(0), int64_t(64), int64_t(4096), int64_t(1) << 30}) {
+          SCOPED_TRACE(::testing::Message() << (log ? "log_softmax " : "softmax ") << shape_string(shape) << " dim "
+                                            << dim << " " << dtype_name(dt) << ", prefetch " << pf);
+          cpu::softmax_long_row_prefetch() = pf;
+          TraceSession trace;
+          ys.push_back(log ? log_softmax(xv, dim) : softmax(xv, dim));
+          const auto rec = trace.records();
+          ASSERT_EQ(rec.size(), 1u);
+          EXPECT_EQ(rec[0].path, std::string(log ? "log_softmax" : "softmax") + ".fwd.cpu.spatial_stream.i64");
+          EXPECT_EQ(0, std::memcmp(ys.back().data(), ys.front().data(), bytes));
+        }
+      }
+    }
+  }
+  cpu::softmax_long_row_prefetch() = saved;
 }
 
 // The sysfs parsers behind the streaming-store rule's cache share.

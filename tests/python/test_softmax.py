@@ -101,16 +101,15 @@ def detected_l2_bytes():
 def kind(shape, dim, dtype, fwd):
     """The path a shape/dim must take: lastdim when nothing follows dim (inner == 1),
     else spatial, except the forward over a D past spatial's L2 rule (float32 D >
-    1024, 16-bit D > 1365, float64 D > 512) on a CPU whose L2 is under 1 MiB or
-    unknown: spatial_stream."""
+    1024, 16-bit D > 1365, float64 D > 512): spatial_stream (on every L2 size since
+    session 39)."""
     if len(shape) == 0:
         return "lastdim"
     d = dim % len(shape)
     if int(np.prod(shape[d + 1:], dtype=np.int64)) == 1:
         return "lastdim"
     l2_rows = {np.float64: 512, np.float32: 1024}.get(np.dtype(dtype).type, 1365)
-    small_l2 = l2_bytes() < (1 << 20)
-    return "spatial_stream" if fwd and small_l2 and shape[d] > max(512, l2_rows) else "spatial"
+    return "spatial_stream" if fwd and shape[d] > max(512, l2_rows) else "spatial"
 
 
 def run_both(x, g, dim, dtype):
@@ -155,11 +154,11 @@ def test_random_shapes_every_dim(seed, dtype):
             run_both(x, g, dim, dtype)
 
 
-# Session 34: the forward past spatial's L2 rule takes spatial_stream only where the
-# CPU's L2 is under 1 MiB (src/core/softmax.cpp); on a host with a larger L2 no other
-# test reaches it. Both sides of the rule on any host, through the test hook: a D just
-# past the rule for every dtype (float64 512, float32 1024, 16-bit 1365) and over a
-# leading dim.
+# Session 34: the forward past spatial's L2 rule took spatial_stream only where the
+# CPU's L2 is under 1 MiB; since session 39 it does on every L2 size (src/core/softmax.cpp).
+# Every L2 size through the test hook (the tiles of a D <= 512 backward still differ):
+# a D just past the rule for every dtype (float64 512, float32 1024, 16-bit 1365) and
+# over a leading dim.
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("l2", [256 << 10, 0, 2 << 20])
 @pytest.mark.parametrize("shape,dim", [((2, 1400, 33), 1), ((1366, 40), 0)])
@@ -169,8 +168,7 @@ def test_spatial_stream_both_sides_of_the_l2_rule(dtype, l2, shape, dim):
     g = signed_grads(rng, shape, dtype)
     with forced_l2(l2):
         assert l2_bytes() == l2
-        want = "spatial_stream" if l2 < (1 << 20) else "spatial"
-        assert kind(shape, dim, dtype, True) == want
+        assert kind(shape, dim, dtype, True) == "spatial_stream"
         run_both(x, g, dim, dtype)
     assert l2_bytes() == detected_l2_bytes()
 
