@@ -49,11 +49,11 @@ SoftmaxIsa softmax_isa();
 // never, 2 always (tests force both).
 std::atomic<int>& softmax_stream_mode();
 // The distance in bytes of the software prefetch along the rows of a long
-// spatial tile (spatial_stream's two passes, the spatial backward's write pass
-// on rows past kWriteAheadMaxRow): each vector's pass prefetches the line this
-// far ahead in its row, or in the row it reads next past the tile's end. 0: off
-// (the hardware's prefetch alone). Default: kLongRowPrefetchBytes; benchmarks
-// and tests set it.
+// spatial tile (spatial_stream's two passes, the spatial backward's sum pass on
+// rows past kWriteAheadMaxRow): each vector's pass prefetches the line this far
+// ahead in its row (at most a row), or in the row it reads next past the tile's
+// end. 0: off (the backward then prefetches whole rows ahead, as before session
+// 39). Default: kLongRowPrefetchBytes; benchmarks and tests set it.
 std::atomic<int64_t>& softmax_long_row_prefetch();
 bool softmax_stream_output(int64_t bytes_moved);
 // The parsers behind that cache share (sysfs): a cache size ("32768K", "2M",

@@ -958,11 +958,12 @@ TEST(SoftmaxCpu, LargeAndSmallL2TilesGiveTheSameBits) {
   }
 }
 
-// Session 39: spatial_stream's passes prefetch along the tile's rows, and past a
-// row's end into the row the pass reads next (cpu::softmax_long_row_prefetch). A
-// prefetch moves no value: every distance gives the bits of none, on tiles cut
-// from whole rows (W < inner: the wrap to the next row or block) and whole, on
-// both threads, for float32 and float16, softmax and log_softmax.
+// Session 39: spatial_stream's passes and the spatial backward's sum pass (rows
+// over 1 KiB) prefetch along the tile's rows, and past a row's end into the row
+// the pass reads next (cpu::softmax_long_row_prefetch). A prefetch moves no value:
+// every distance gives the bits of none, forward and backward, on tiles cut from
+// whole rows (W < inner: the wrap to the next row or block) and whole, on both
+// threads, for float32 and float16, softmax and log_softmax.
 TEST(SoftmaxCpu, LongRowPrefetchChangesNoBit) {
   Rng rng;
   SEED_TRACE(rng);
@@ -971,27 +972,39 @@ TEST(SoftmaxCpu, LongRowPrefetchChangesNoBit) {
   const L2Scope small_l2(512 << 10);  // (every L2 size streams these; session 39)
   const int64_t saved = cpu::softmax_long_row_prefetch().load();
   for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
-           {{1, 1400, 300}, 1}, {{1400, 257}, 0}, {{2, 1400, 3}, 1}, {{3, 1500, 40}, 1}}) {  // D > 1365: float16 streams too
+           {{1, 1400, 300}, 1}, {{1400, 257}, 0}, {{2, 1400, 3}, 1}, {{3, 1500, 40}, 1},  // D > 1365: float16 streams too
+           {{2, 1400, 600}, 1}}) {  // backward rows of 2400 / 1200 bytes: the sum pass prefetches along them
     const int64_t n = numel(shape);
-    std::vector<float> x(static_cast<size_t>(n));
+    std::vector<float> x(static_cast<size_t>(n)), g(static_cast<size_t>(n));
     for (auto& v : x) v = float(rng.uniform(-8, 8));
-    std::vector<half_t> xh(x.size());
-    for (size_t i = 0; i < x.size(); ++i) xh[i] = to_half(x[i]);
+    for (auto& v : g) v = float(rng.uniform(-2, 2));
+    std::vector<half_t> xh(x.size()), gh(g.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      xh[i] = to_half(x[i]);
+      gh[i] = to_half(g[i]);
+    }
     for (DType dt : {DType::Float32, DType::Float16}) {
-      const TensorView xv = dt == DType::Float32 ? TensorView(x.data(), dt, shape) : TensorView(xh.data(), dt, shape);
+      const bool f32 = dt == DType::Float32;
+      const TensorView xv = f32 ? TensorView(x.data(), dt, shape) : TensorView(xh.data(), dt, shape);
+      const TensorView gv = f32 ? TensorView(g.data(), dt, shape) : TensorView(gh.data(), dt, shape);
       const size_t bytes = size_t(n) * size_t(dtype_size(dt));
       for (bool log : {false, true}) {
-        std::vector<Tensor> ys;
+        const std::string op = log ? "log_softmax" : "softmax";
+        std::vector<Tensor> ys, gis;
         for (int64_t pf : {int64_t(0), int64_t(64), int64_t(4096), int64_t(1) << 30}) {
-          SCOPED_TRACE(::testing::Message() << (log ? "log_softmax " : "softmax ") << shape_string(shape) << " dim "
-                                            << dim << " " << dtype_name(dt) << ", prefetch " << pf);
+          SCOPED_TRACE(::testing::Message() << op << " " << shape_string(shape) << " dim " << dim << " "
+                                            << dtype_name(dt) << ", prefetch " << pf);
           cpu::softmax_long_row_prefetch() = pf;
           TraceSession trace;
           ys.push_back(log ? log_softmax(xv, dim) : softmax(xv, dim));
+          // The backward from the first y, so that only the prefetch differs.
+          gis.push_back(log ? log_softmax_backward(gv, ys.front(), dim) : softmax_backward(gv, ys.front(), dim));
           const auto rec = trace.records();
-          ASSERT_EQ(rec.size(), 1u);
-          EXPECT_EQ(rec[0].path, std::string(log ? "log_softmax" : "softmax") + ".fwd.cpu.spatial_stream.i64");
+          ASSERT_EQ(rec.size(), 2u);
+          EXPECT_EQ(rec[0].path, op + ".fwd.cpu.spatial_stream.i64");
+          EXPECT_EQ(rec[1].path, op + ".bwd.cpu.spatial.i64");
           EXPECT_EQ(0, std::memcmp(ys.back().data(), ys.front().data(), bytes));
+          EXPECT_EQ(0, std::memcmp(gis.back().data(), gis.front().data(), bytes));
         }
       }
     }
