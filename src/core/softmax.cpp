@@ -91,9 +91,10 @@ constexpr int64_t kWholeRowItemsPerThread = 4;
 // (spatial_stream against the 256-column tile of exps), backward 0.88x and [32,
 // 1000, 4096] backward 0.87x (whole rows against 1024 columns); while D <= 512
 // the large-L2 tiles stay ([64, 256, 56, 56] backward 1.17-1.39x slower in whole
-// rows there, [8, 4, 2^22] 1.12x). Not yet measured on the H200 host, where session
-// 26 found the old spatial_stream 1.32x slower (without the prefetch): an A/B there
-// decides whether this holds on both machines.
+// rows there, [8, 4, 2^22] 1.12x). On the H200 host's 2 cores (session 26 had found
+// the old spatial_stream 1.32x slower there, without the prefetch), the two forms
+// alternated in one process (bench/results/h200-session39/): [8192, 8192] forward and
+// backward 0.90-0.93x, [32, 1000, 4096] backward 1.02-1.05x (slower), so one rule.
 constexpr int64_t kLargeL2Bytes = int64_t(1) << 20;
 
 int64_t whole_row_cols(const SoftmaxProblem& p, int64_t es) {
