@@ -48,13 +48,6 @@ SoftmaxIsa softmax_isa();
 // of its threads (the output would leave the cache before anyone reads it), 1
 // never, 2 always (tests force both).
 std::atomic<int>& softmax_stream_mode();
-// The distance in bytes of the software prefetch along the rows of a long
-// spatial tile (spatial_stream's two passes, the spatial backward's sum pass on
-// rows past kWriteAheadMaxRow): each vector's pass prefetches the line this far
-// ahead in its row (at most a row), or in the row it reads next past the tile's
-// end. 0: off (the backward then prefetches whole rows ahead, as before session
-// 39). Default: kLongRowPrefetchBytes; benchmarks and tests set it.
-std::atomic<int64_t>& softmax_long_row_prefetch();
 bool softmax_stream_output(int64_t bytes_moved);
 // The parsers behind that cache share (sysfs): a cache size ("32768K", "2M",
 // "512"; 0 when malformed) and the CPU count of a list ("0-1", "0,2-3,8"; 0 when
@@ -72,10 +65,18 @@ int64_t count_cpu_list(std::string_view s);
 // LLC a core (3D V-Cache parts: 12 MiB), so the cap changes nothing where the
 // report is physical (the H200 host: 300 MiB / 16 CPUs = 18.75 MiB a CPU).
 inline constexpr int64_t kMaxLlcSharePerCpu = int64_t(32) << 20;
-// softmax_long_row_prefetch's default (bench/NOTES.md, session 39: measured on
-// [8192, 8192] over dim 0, whose rows are 16 KiB of the slab a thread).
-inline constexpr int64_t kLongRowPrefetchBytes = 4096;
 int64_t capped_llc_share(int64_t reported);
+
+// The distance in bytes of the software prefetch along the rows of a long
+// spatial tile (spatial_stream's two passes, the spatial backward's sum pass on
+// rows past kWriteAheadMaxRow): each vector's pass prefetches the line this far
+// ahead in its row (at most a row), or in the row it reads next past the tile's
+// end. 0: off (the backward then prefetches whole rows ahead, as before session
+// 39). Default: kLongRowPrefetchBytes; benchmarks and tests set it.
+std::atomic<int64_t>& softmax_long_row_prefetch();
+// Its default (bench/NOTES.md, session 39: measured on [8192, 8192] over dim 0,
+// whose rows are 16 KiB of the slab a thread).
+inline constexpr int64_t kLongRowPrefetchBytes = 4096;
 
 // Test hooks: n values through the kernels' vector loads (widen) and stores
 // (narrow) of the given build, whole vectors and a partial last one.
