@@ -200,10 +200,9 @@ Plan plan_softmax(const SoftmaxProblem& p) {
   } else if (!fwd || streamed) {
     plan.chunk = whole_row_cols(p, es);
   } else {
-    const int64_t w = p.dim_size > kLongDim ? kTileCols  // D <= l2_rows here
-                      : p.dim_size < kShortFwdRows ? kTileCols
-                                                   : row_cols;
-    plan.chunk = std::min(w, p.inner);
+    // D > 512 here fits the L2 rule (D <= l2_rows): [D, 128] tiles; D < 16 keeps 128 too.
+    const bool cols128 = p.dim_size > kLongDim || p.dim_size < kShortFwdRows;
+    plan.chunk = std::min(cols128 ? kTileCols : row_cols, p.inner);
   }
   return plan;
 }

@@ -970,7 +970,10 @@ TEST(SoftmaxCpu, LongRowPrefetchChangesNoBit) {
   OmpThreadsScope restore;
   omp_set_num_threads(2);
   const L2Scope small_l2(512 << 10);  // (every L2 size streams these; session 39)
-  const int64_t saved = cpu::softmax_long_row_prefetch().load();
+  struct PrefetchScope {  // the distance restored on exit, also after a failed ASSERT
+    const int64_t saved = cpu::softmax_long_row_prefetch().load();
+    ~PrefetchScope() { cpu::softmax_long_row_prefetch() = saved; }
+  } restore_prefetch;
   for (const auto& [shape, dim] : std::vector<std::pair<Shape, int64_t>>{
            {{1, 1400, 300}, 1}, {{1400, 257}, 0}, {{2, 1400, 3}, 1}, {{3, 1500, 40}, 1},  // D > 1365: float16 streams too
            {{2, 1400, 600}, 1}}) {  // backward rows of 2400 / 1200 bytes: the sum pass prefetches along them
@@ -1009,7 +1012,6 @@ TEST(SoftmaxCpu, LongRowPrefetchChangesNoBit) {
       }
     }
   }
-  cpu::softmax_long_row_prefetch() = saved;
 }
 
 // The sysfs parsers behind the streaming-store rule's cache share.
