@@ -9,7 +9,8 @@
 // bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index;
 // SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25),
 // SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores, SWEEP_PF=a,b,... long-row
-// prefetch distances (session 39). (Session 28's
+// prefetch distances (session 39), SWEEP_OVERLAP=01 the last-dim forward's passes in
+// turn and overlapped (session 40); SWEEP_LOG=1 log_softmax. (Session 28's
 // SWEEP_RECOMPUTE_PAIRS, the forward recomputing its exps, went with that form:
 // bench/NOTES.md, session 29.)
 #include <omp.h>
@@ -48,10 +49,12 @@ int main(int argc, char** argv) {
                                 {{64, 256, 56, 56}, 1, DType::Float32},
                                 {{16, 2000, 4096}, 1, DType::Float32},
                                 {{16384, 4096}, 1, DType::Float32},   // 6, 7: lastdim (the stream pairs only)
-                                {{16384, 4096}, 1, DType::Float16}};
+                                {{16384, 4096}, 1, DType::Float16},
+                                {{2048, 65536}, 1, DType::Float32}};  // 8: lastdim, rows of 16 blocks
   // SWEEP_L2=bytes: plan with this L2 (cpu::softmax_l2_override), e.g. the
   // benchmark host's 2 MiB on a machine with less.
   if (const char* l2 = std::getenv("SWEEP_L2")) cpu::softmax_l2_override() = std::atoll(l2);
+  const bool log = std::getenv("SWEEP_LOG") != nullptr;  // log_softmax instead of softmax
   const char* sel = std::getenv("SWEEP_CASES");  // e.g. "013": the cases' indices
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     if (sel && !std::strchr(sel, char('0' + ci))) continue;
@@ -61,12 +64,13 @@ int main(int argc, char** argv) {
     bench::fill_random(x, 1234, -8, 8);
     bench::fill_random(g, 99, -2, 2);
     std::memset(gi.data(), 0, size_t(gi.numel()) * size_t(dtype_size(c.dt)));
-    softmax_out(x, c.dim, y);
+    if (log) log_softmax_out(x, c.dim, y);
+    else softmax_out(x, c.dim, y);
     const double tb = double(x.numel() * dtype_size(c.dt));
     for (int bwd = 0; bwd < 2; ++bwd) {
       if ((bwd && mode == "fwd") || (!bwd && mode == "bwd")) continue;
       for (const int64_t& w : ws) {
-        SoftmaxProblem p = make_softmax_problem(c.s, c.dim, c.dt, bwd ? Direction::Bwd : Direction::Fwd, false, Backend::CPU);
+        SoftmaxProblem p = make_softmax_problem(c.s, c.dim, c.dt, bwd ? Direction::Bwd : Direction::Fwd, log, Backend::CPU);
         p.cpu_threads = cpu::softmax_threads();  // as the API layer fills them
         p.cpu_l2_bytes = cpu::softmax_l2_bytes();
         Plan plan = plan_softmax(p);
@@ -93,6 +97,14 @@ int main(int argc, char** argv) {
           }
           if (!v.empty()) cpu::softmax_long_row_prefetch() = v[size_t(&w - ws.data()) % v.size()];
         }
+        // SWEEP_OVERLAP=a...: the last-dim forward's overlap mode
+        // (cpu::softmax_lastdim_overlap; one digit each) of the W list's positions
+        // in turn, e.g. 01: passes in turn, then overlapped (session 40).
+        if (const char* ov = std::getenv("SWEEP_OVERLAP")) {
+          std::vector<int> v;
+          for (const char* c = ov; *c; ++c) if (*c >= '0' && *c <= '9') v.push_back(*c - '0');
+          cpu::softmax_lastdim_overlap() = v[size_t(&w - ws.data()) % v.size()];
+        }
         std::vector<double> t;
         for (int k = 0; k < 8; ++k) {
           const auto t0 = std::chrono::steady_clock::now();
@@ -104,9 +116,9 @@ int main(int argc, char** argv) {
         std::sort(t.begin(), t.end());
         const double gbps = (bwd ? 3 : 2) * tb / t[t.size() / 2] / 1e9;
         const char* form = plan.path.find("stream") != std::string_view::npos ? "stream" : "";
-        std::printf("%-18s dim%ld %s %s %-6s W=%-5ld st%d pf%-5ld %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(),
+        std::printf("%-18s dim%ld %s %s %-6s W=%-5ld st%d pf%-5ld ov%d %8.2f ms %6.1f GB/s %4.0f%% copy\n", shape_string(c.s).c_str(),
                     long(c.dim), std::string(dtype_name(c.dt)).c_str(), bwd ? "bwd" : "fwd", form, long(plan.chunk),
-                    int(cpu::softmax_stream_mode().load()), long(cpu::softmax_long_row_prefetch().load()),
+                    int(cpu::softmax_stream_mode().load()), long(cpu::softmax_long_row_prefetch().load()), cpu::softmax_lastdim_overlap().load(),
                     t[t.size() / 2] * 1e3, gbps, 100 * gbps / copy);
         std::fflush(stdout);
       }

@@ -192,6 +192,11 @@ std::atomic<int64_t>& softmax_long_row_prefetch() {
   return v;
 }
 
+std::atomic<int>& softmax_lastdim_overlap() {
+  static std::atomic<int> v{1};
+  return v;
+}
+
 std::atomic<int64_t>& softmax_l2_override() {
   static std::atomic<int64_t> v{-1};
   return v;

@@ -78,6 +78,14 @@ std::atomic<int64_t>& softmax_long_row_prefetch();
 // whose rows are 16 KiB of the slab a thread).
 inline constexpr int64_t kLongRowPrefetchBytes = 4096;
 
+// The last-dim forward's rows as a pipeline (session 40): 1 (default) writes row
+// r in the loops that read row r + 1 for its statistics (every row of the float32
+// / float64 kernel, block by block; rows of one block in the 16-bit kernel), so
+// that the streaming stores of one row and the loads of the next are in flight
+// together; 0: the passes of each row one after the other, as before. Either way
+// every output bit is the same (the same operations in the same order per row).
+std::atomic<int>& softmax_lastdim_overlap();
+
 // Test hooks: n values through the kernels' vector loads (widen) and stores
 // (narrow) of the given build, whole vectors and a partial last one.
 void softmax_widen(SoftmaxIsa isa, const half_t* in, float* out, int64_t n);

@@ -380,6 +380,72 @@ TYPED_TEST(SoftmaxDtype, ShortRowsPairedBitwiseAsAlone) {
     }
 }
 
+// The last-dim forward of rows of one block writes row r in the loop that reads
+// row r + 1 (session 40, cpu::softmax_lastdim_overlap): the same operations in the
+// same order per row, so the same bits (but for the sign of a NaN) as the passes
+// one after the other. Rows of one block in each kernel (lastdim, the 16-bit
+// lastdim16) and of several (which the knob leaves alone); rows whose vectors
+// start off a streaming store's alignment (odd D, D = 1000: every other row, so
+// the pipeline mixes both forms); rows of several blocks (D = 9000, 8200: block b
+// of row r written in the max pass of block b of row r + 1); one row per thread
+// and many, 1, 2 and 3 threads;
+// rows of NaN, all -inf, +inf, and one whose first vector is far under its max
+// (the 16-bit kernel's speculative bases fail: its exps again against the max);
+// every ISA build and store mode.
+TYPED_TEST(SoftmaxDtype, LastDimOverlapChangesNoBit) {
+  using T = TypeParam;
+  IsaAndStreamScope restore;
+  OmpThreadsScope restore_threads;
+  struct OverlapScope {  // restored on exit, also after a failed ASSERT
+    const int saved = cpu::softmax_lastdim_overlap().load();
+    ~OverlapScope() { cpu::softmax_lastdim_overlap() = saved; }
+  } restore_overlap;
+  Rng rng;
+  SEED_TRACE(rng);
+  const DType dt = dtype_of<T>();
+  for (const auto& [R, D] : std::vector<std::pair<int64_t, int64_t>>{
+           {7, 4096}, {5, 1000}, {9, 1027}, {40, 2048}, {33, 1100}, {3, 9000}, {6, 8200}, {2, 1536}}) {
+    std::vector<double> xd = rng.values(size_t(R * D), 6.0);
+    xd[size_t(D + D / 2)] = kNaN;                                    // row 1: NaN
+    if (R > 2)
+      for (int64_t i = 0; i < D; ++i) xd[size_t(2 * D + i)] = -kInf;  // row 2: all -inf
+    if (R > 4) {
+      xd[size_t(3 * D + D - 1)] = kInf;  // row 3: +inf last
+      for (int64_t i = 0; i < 64; ++i) xd[size_t(4 * D + i)] = -200.0;  // row 4: first vector 300 under the max
+      xd[size_t(4 * D + D / 3)] = 100.0;
+    }
+    const std::vector<T> xt = to_t<T>(xd);
+    const Shape sh{R, D};
+    for (cpu::SoftmaxIsa isa : runnable_isas())
+      for (int mode : {1, 2})
+        for (int threads : {1, 2, 3})
+          for (bool log : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << (log ? "log_softmax " : "softmax ") << shape_string(sh) << " isa "
+                                              << cpu::softmax_isa_name(isa) << " mode " << mode << " threads " << threads);
+            cpu::softmax_isa_cap() = int(isa);
+            cpu::softmax_stream_mode() = mode;
+            omp_set_num_threads(threads);
+            std::vector<T> ys[2];
+            for (int ov : {0, 1}) {
+              cpu::softmax_lastdim_overlap() = ov;
+              ys[ov].assign(xt.size(), T{});
+              TraceSession trace;
+              const TensorView xv(const_cast<T*>(xt.data()), dt, sh), yv(ys[ov].data(), dt, sh);
+              log ? log_softmax_out(xv, 1, yv) : softmax_out(xv, 1, yv);
+              const auto rec = trace.records();
+              ASSERT_EQ(rec.size(), 1u);
+              EXPECT_EQ(rec[0].path, std::string(log ? "log_softmax" : "softmax") + ".fwd.cpu.lastdim.i64");
+            }
+            const auto a = as_double(ys[0].data(), ys[0].size()), b = as_double(ys[1].data(), ys[1].size());
+            for (size_t i = 0; i < a.size(); ++i) {
+              if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+              ASSERT_EQ(std::memcmp(&ys[0][i], &ys[1][i], sizeof(T)), 0)
+                  << "element " << i << " (row " << int64_t(i) / D << "): " << a[i] << " in turn, " << b[i] << " overlapped";
+            }
+          }
+  }
+}
+
 // Rows longer than the lastdim block (plan.chunk) and columns longer than a
 // spatial statistics block, with the maximum in a late block, a first block of
 // only -inf, and a spatial tile narrower than inner (partial last tile).
