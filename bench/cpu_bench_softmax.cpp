@@ -23,7 +23,8 @@
 // (cpu::softmax_l2_override; its tile rules differ below and above 1 MiB);
 // SEGRED_BENCH_SOFTMAX_PREFETCH=BYTES the long-row prefetch distance
 // (cpu::softmax_long_row_prefetch; 0: off); SEGRED_BENCH_SOFTMAX_OVERLAP=0|1 the
-// last-dim forward's passes in turn or overlapped (cpu::softmax_lastdim_overlap).
+// last-dim and spatial forwards' passes in turn or overlapped
+// (cpu::softmax_lastdim_overlap, cpu::softmax_spatial_overlap).
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -128,7 +129,10 @@ int register_all() {
   if (const char* m = std::getenv("SEGRED_BENCH_SOFTMAX_STREAM")) cpu::softmax_stream_mode() = std::atoi(m);
   if (const char* l2 = std::getenv("SEGRED_BENCH_SOFTMAX_L2")) cpu::softmax_l2_override() = std::atoll(l2);
   if (const char* pf = std::getenv("SEGRED_BENCH_SOFTMAX_PREFETCH")) cpu::softmax_long_row_prefetch() = std::atoll(pf);
-  if (const char* ov = std::getenv("SEGRED_BENCH_SOFTMAX_OVERLAP")) cpu::softmax_lastdim_overlap() = std::atoi(ov);
+  if (const char* ov = std::getenv("SEGRED_BENCH_SOFTMAX_OVERLAP")) {
+    cpu::softmax_lastdim_overlap() = std::atoi(ov);
+    cpu::softmax_spatial_overlap() = std::atoi(ov);
+  }
   struct Row {
     Shape shape;
     int64_t dim;

@@ -9,8 +9,8 @@
 // bench/NOTES.md, CPU softmax, session 5). SWEEP_CASES=013 picks cases by index;
 // SWEEP_FORM / SWEEP_FORM_ODD=stream|spatial force the forward's kernel (session 25),
 // SWEEP_STREAM_PAIRS=1 alternates ordinary and streaming stores, SWEEP_PF=a,b,... long-row
-// prefetch distances (session 39), SWEEP_OVERLAP=01 the last-dim forward's passes in
-// turn and overlapped (session 40); SWEEP_LOG=1 log_softmax. (Session 28's
+// prefetch distances (session 39), SWEEP_OVERLAP=01 the last-dim and spatial forwards'
+// passes in turn and overlapped (session 40); SWEEP_LOG=1 log_softmax. (Session 28's
 // SWEEP_RECOMPUTE_PAIRS, the forward recomputing its exps, went with that form:
 // bench/NOTES.md, session 29.)
 #include <omp.h>
@@ -97,13 +97,14 @@ int main(int argc, char** argv) {
           }
           if (!v.empty()) cpu::softmax_long_row_prefetch() = v[size_t(&w - ws.data()) % v.size()];
         }
-        // SWEEP_OVERLAP=a...: the last-dim forward's overlap mode
-        // (cpu::softmax_lastdim_overlap; one digit each) of the W list's positions
+        // SWEEP_OVERLAP=a...: the last-dim and spatial forwards' overlap mode
+        // (cpu::softmax_lastdim_overlap, softmax_spatial_overlap; one digit each) of the W list's positions
         // in turn, e.g. 01: passes in turn, then overlapped (session 40).
         if (const char* ov = std::getenv("SWEEP_OVERLAP")) {
           std::vector<int> v;
           for (const char* c = ov; *c; ++c) if (*c >= '0' && *c <= '9') v.push_back(*c - '0');
           cpu::softmax_lastdim_overlap() = v[size_t(&w - ws.data()) % v.size()];
+          cpu::softmax_spatial_overlap() = v[size_t(&w - ws.data()) % v.size()];
         }
         std::vector<double> t;
         for (int k = 0; k < 8; ++k) {

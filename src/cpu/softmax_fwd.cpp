@@ -197,6 +197,11 @@ std::atomic<int>& softmax_lastdim_overlap() {
   return v;
 }
 
+std::atomic<int>& softmax_spatial_overlap() {
+  static std::atomic<int> v{1};
+  return v;
+}
+
 std::atomic<int64_t>& softmax_l2_override() {
   static std::atomic<int64_t> v{-1};
   return v;

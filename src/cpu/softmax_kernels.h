@@ -85,6 +85,12 @@ inline constexpr int64_t kLongRowPrefetchBytes = 4096;
 // together; 0: the passes of each row one after the other, as before. Either way
 // every output bit is the same (the same operations in the same order per row).
 std::atomic<int>& softmax_lastdim_overlap();
+// The same pipeline in the spatial forward (session 40): 1 (default) writes tile t
+// of a thread's tiles in the exps pass of tile t + 1 (when the two have the same
+// width), so that the compute-bound statistics of one tile and the stores of the
+// previous are in flight together; 0: each tile's write pass after its statistics.
+// The same bits either way.
+std::atomic<int>& softmax_spatial_overlap();
 
 // Test hooks: n values through the kernels' vector loads (widen) and stores
 // (narrow) of the given build, whole vectors and a partial last one.

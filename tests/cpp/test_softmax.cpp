@@ -380,6 +380,51 @@ TYPED_TEST(SoftmaxDtype, ShortRowsPairedBitwiseAsAlone) {
     }
 }
 
+// A forward pipeline knob (0: passes in turn, 1: overlapped) must change no
+// output bit: x of shape sh over dim 1 with the knob at 0 and at 1, on every ISA
+// build, store mode, 1-3 threads, softmax and log_softmax, the path asserted
+// through the trace (`path`: the path's name after the op), the same bits but for
+// the sign of a NaN (SEMANTICS.md fixes no NaN bits). The knob is restored on
+// exit, also after a failed ASSERT.
+template <class T>
+void overlap_changes_no_bit(std::atomic<int>& knob, const Shape& sh, const std::vector<T>& xt, const std::string& path) {
+  IsaAndStreamScope restore;
+  OmpThreadsScope restore_threads;
+  struct KnobScope {
+    std::atomic<int>& k;
+    const int saved = k.load();
+    ~KnobScope() { k = saved; }
+  } restore_knob{knob};
+  const DType dt = dtype_of<T>();
+  for (cpu::SoftmaxIsa isa : runnable_isas())
+    for (int mode : {1, 2})
+      for (int threads : {1, 2, 3})
+        for (bool log : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << (log ? "log_softmax " : "softmax ") << shape_string(sh) << " isa "
+                                            << cpu::softmax_isa_name(isa) << " mode " << mode << " threads " << threads);
+          cpu::softmax_isa_cap() = int(isa);
+          cpu::softmax_stream_mode() = mode;
+          omp_set_num_threads(threads);
+          std::vector<T> ys[2];
+          for (int ov : {0, 1}) {
+            knob = ov;
+            ys[ov].assign(xt.size(), T{});
+            TraceSession trace;
+            const TensorView xv(const_cast<T*>(xt.data()), dt, sh), yv(ys[ov].data(), dt, sh);
+            log ? log_softmax_out(xv, 1, yv) : softmax_out(xv, 1, yv);
+            const auto rec = trace.records();
+            ASSERT_EQ(rec.size(), 1u);
+            EXPECT_EQ(rec[0].path, std::string(log ? "log_softmax" : "softmax") + path);
+          }
+          const auto a = as_double(ys[0].data(), ys[0].size()), b = as_double(ys[1].data(), ys[1].size());
+          for (size_t i = 0; i < a.size(); ++i) {
+            if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+            ASSERT_EQ(std::memcmp(&ys[0][i], &ys[1][i], sizeof(T)), 0)
+                << "element " << i << ": " << a[i] << " in turn, " << b[i] << " overlapped";
+          }
+        }
+}
+
 // The last-dim forward of rows of one block writes row r in the loop that reads
 // row r + 1 (session 40, cpu::softmax_lastdim_overlap): the same operations in the
 // same order per row, so the same bits (but for the sign of a NaN) as the passes
@@ -394,19 +439,12 @@ TYPED_TEST(SoftmaxDtype, ShortRowsPairedBitwiseAsAlone) {
 // every ISA build and store mode.
 TYPED_TEST(SoftmaxDtype, LastDimOverlapChangesNoBit) {
   using T = TypeParam;
-  IsaAndStreamScope restore;
-  OmpThreadsScope restore_threads;
-  struct OverlapScope {  // restored on exit, also after a failed ASSERT
-    const int saved = cpu::softmax_lastdim_overlap().load();
-    ~OverlapScope() { cpu::softmax_lastdim_overlap() = saved; }
-  } restore_overlap;
   Rng rng;
   SEED_TRACE(rng);
-  const DType dt = dtype_of<T>();
   for (const auto& [R, D] : std::vector<std::pair<int64_t, int64_t>>{
            {7, 4096}, {5, 1000}, {9, 1027}, {40, 2048}, {33, 1100}, {3, 9000}, {6, 8200}, {2, 1536}}) {
     std::vector<double> xd = rng.values(size_t(R * D), 6.0);
-    xd[size_t(D + D / 2)] = kNaN;                                    // row 1: NaN
+    xd[size_t(D + D / 2)] = kNaN;  // row 1: NaN
     if (R > 2)
       for (int64_t i = 0; i < D; ++i) xd[size_t(2 * D + i)] = -kInf;  // row 2: all -inf
     if (R > 4) {
@@ -414,35 +452,33 @@ TYPED_TEST(SoftmaxDtype, LastDimOverlapChangesNoBit) {
       for (int64_t i = 0; i < 64; ++i) xd[size_t(4 * D + i)] = -200.0;  // row 4: first vector 300 under the max
       xd[size_t(4 * D + D / 3)] = 100.0;
     }
-    const std::vector<T> xt = to_t<T>(xd);
-    const Shape sh{R, D};
-    for (cpu::SoftmaxIsa isa : runnable_isas())
-      for (int mode : {1, 2})
-        for (int threads : {1, 2, 3})
-          for (bool log : {false, true}) {
-            SCOPED_TRACE(::testing::Message() << (log ? "log_softmax " : "softmax ") << shape_string(sh) << " isa "
-                                              << cpu::softmax_isa_name(isa) << " mode " << mode << " threads " << threads);
-            cpu::softmax_isa_cap() = int(isa);
-            cpu::softmax_stream_mode() = mode;
-            omp_set_num_threads(threads);
-            std::vector<T> ys[2];
-            for (int ov : {0, 1}) {
-              cpu::softmax_lastdim_overlap() = ov;
-              ys[ov].assign(xt.size(), T{});
-              TraceSession trace;
-              const TensorView xv(const_cast<T*>(xt.data()), dt, sh), yv(ys[ov].data(), dt, sh);
-              log ? log_softmax_out(xv, 1, yv) : softmax_out(xv, 1, yv);
-              const auto rec = trace.records();
-              ASSERT_EQ(rec.size(), 1u);
-              EXPECT_EQ(rec[0].path, std::string(log ? "log_softmax" : "softmax") + ".fwd.cpu.lastdim.i64");
-            }
-            const auto a = as_double(ys[0].data(), ys[0].size()), b = as_double(ys[1].data(), ys[1].size());
-            for (size_t i = 0; i < a.size(); ++i) {
-              if (std::isnan(a[i]) && std::isnan(b[i])) continue;
-              ASSERT_EQ(std::memcmp(&ys[0][i], &ys[1][i], sizeof(T)), 0)
-                  << "element " << i << " (row " << int64_t(i) / D << "): " << a[i] << " in turn, " << b[i] << " overlapped";
-            }
-          }
+    overlap_changes_no_bit<T>(cpu::softmax_lastdim_overlap(), Shape{R, D}, to_t<T>(xd), ".fwd.cpu.lastdim.i64");
+  }
+}
+
+// The spatial forward writes tile t of a thread's tiles in the exps pass of tile
+// t + 1 (session 40, cpu::softmax_spatial_overlap): the same bits (but for the
+// sign of a NaN) as each tile's write pass after its statistics. Tiles of several
+// statistics blocks (D = 300) and of one (D = 20, 64); a last tile narrower than
+// the others in each outer index (its predecessor then written alone); tiles of
+// a whole inner dim that is not a multiple of four vectors (inner = 300, 200: the
+// pass's last, partial vectors write the waiting tile's too); rows off a
+// streaming store's alignment (inner = 1030: every tile written alone when
+// streaming); one task per thread and many, 1-3 threads; columns of NaN, all
+// -inf, +inf; every ISA build and store mode.
+TYPED_TEST(SoftmaxDtype, SpatialOverlapChangesNoBit) {
+  using T = TypeParam;
+  Rng rng;
+  SEED_TRACE(rng);
+  for (const Shape& sh :
+       std::vector<Shape>{{4, 300, 700}, {2, 20, 1030}, {5, 64, 1024}, {1, 40, 300}, {7, 40, 300}, {6, 40, 200}}) {
+    const int64_t O = sh[0], D = sh[1], I = sh[2];
+    std::vector<double> xd = rng.values(size_t(O * D * I), 6.0);
+    auto at = [&](int64_t o, int64_t d, int64_t i) -> double& { return xd[size_t((o * D + d) * I + i)]; };
+    at(0, D / 2, 3) = kNaN;                                      // column 3: NaN
+    for (int64_t d = 0; d < D; ++d) at(O - 1, d, I - 1) = -kInf;  // the last outer's last column: all -inf
+    at(0, D - 1, I / 2) = kInf;                                   // +inf last in a middle column
+    overlap_changes_no_bit<T>(cpu::softmax_spatial_overlap(), sh, to_t<T>(xd), ".fwd.cpu.spatial.i64");
   }
 }
 
