@@ -3,7 +3,10 @@
 // CUDA events (warm-up, median of repeats, inputs > L2 where the case is large),
 // against a device-to-device copy measured in the same run, and cuDNN's softmax
 // on the same buffers when libcudnn.so.9 can be loaded (bench/cudnn_softmax.h).
-// Usage: cuda_softmax_bench [REPS [CUDNN_LIB_DIR...]]. Prints CSV:
+// Usage: cuda_softmax_bench [REPS [CUDNN_LIB_DIR...]]. Environment (session 41, for
+// tools/gpu-ab's AB_BENCH=softmax): SEGRED_SOFTMAX_BENCH_ONLY=<substring> runs only
+// the cases whose name contains it (several separated by ';'), SEGRED_SOFTMAX_BENCH_DTYPES=
+// float16,... only those dtypes, SEGRED_SOFTMAX_BENCH_NO_CUDNN=1 skips cuDNN. Prints CSV:
 //   copy|<GB/s>
 //   case|<case>|<dtype>|<dir>|<path grid block>|<ms>|<bytes>|<% of copy>
 //   cudnn_status|<available ... | unavailable (reason)>
@@ -17,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -77,8 +81,24 @@ int main(int argc, char** argv) {
   CK(cudaFree(c0));
   CK(cudaFree(c1));
   std::printf("copy|%.1f\n", copy_gbs);
+  const char* only = std::getenv("SEGRED_SOFTMAX_BENCH_ONLY");
+  const char* dtypes = std::getenv("SEGRED_SOFTMAX_BENCH_DTYPES");
+  const char* no_cudnn = std::getenv("SEGRED_SOFTMAX_BENCH_NO_CUDNN");
+  const bool skip_cudnn = no_cudnn && *no_cudnn && std::strcmp(no_cudnn, "0") != 0;
+  // Substring match against ';'-separated parts (an empty part matches nothing).
+  auto listed = [](const char* list, const std::string& name) {
+    if (!list || !*list) return true;
+    std::string l(list);
+    for (size_t at = 0; at <= l.size();) {
+      const size_t end = std::min(l.find(';', at), l.size());
+      if (end > at && name.find(l.substr(at, end - at)) != std::string::npos) return true;
+      at = end + 1;
+    }
+    return false;
+  };
   cudnn_bench::Softmax dnn(cudnn_dirs);
-  if (dnn.ok()) std::printf("cudnn_status|available (cuDNN %zu, legacy cudnnSoftmaxForward/Backward)\n", dnn.version());
+  if (skip_cudnn) std::printf("cudnn_status|unavailable (SEGRED_SOFTMAX_BENCH_NO_CUDNN)\n");
+  else if (dnn.ok()) std::printf("cudnn_status|available (cuDNN %zu, legacy cudnnSoftmaxForward/Backward)\n", dnn.version());
   else std::printf("cudnn_status|unavailable (%s)\n", dnn.why().c_str());
   unsigned* dmax = nullptr;
   CK(cudaMalloc(&dmax, sizeof(unsigned)));
@@ -103,6 +123,7 @@ int main(int argc, char** argv) {
   };
   for (const Case& c : cases)
     for (DT dt : {DT{DType::Float32, "float32", 0}, DT{DType::Float16, "float16", 2}, DT{DType::BFloat16, "bfloat16", 3}}) {
+      if (!listed(only, c.name) || !listed(dtypes, dt.name)) continue;
       const int64_t n = numel(c.shape);
       const int64_t es = dtype_size(dt.t);
       Tensor x = Tensor::empty(c.shape, dt.t, gpu), y = Tensor::empty(c.shape, dt.t, gpu);
@@ -153,7 +174,7 @@ int main(int argc, char** argv) {
         std::printf("floor|%s|%s|bwd|%.4f|%.4f\n", c.name, dt.name, b20, cb);
       }
       std::fflush(stdout);
-      if (dnn.ok()) {
+      if (!skip_cudnn && dnn.ok()) {
         Tensor scratch = Tensor::empty(c.shape, dt.t, gpu);
         bench_cudnn(dnn, c, dt.name, dt.code, x, y, g, gi, scratch, fb, bb, copy_gbs, reps, dmax);
       }

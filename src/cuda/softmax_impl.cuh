@@ -59,6 +59,7 @@
 #include "src/core/softmax_geometry.h"
 #include "src/core/softmax_kind.h"
 #include "src/cuda/common.cuh"
+#include "src/cuda/fast_divmod.h"
 #include "src/ops/softmax_ops.h"
 
 namespace segred::cuda::sm {
@@ -76,7 +77,19 @@ struct Args {
   int64_t stage_off = 0;   // staged spatial: byte offset of the staged data in shared memory
   int l2_hints = 0;        // lastdim_block, streamed rows: L2 eviction priorities (SoftmaxGeometry::l2_hints)
   int fwd16_fma = 1;       // 16-bit forward in the FFMA form (fma16_sum_base; 0: the form before session 22)
+  // Session 41: the spatial kernels' set-up divides by these as a multiply-high and
+  // a shift (fast_divmod.h; the 32-bit index variants only for inner, whose
+  // dividends the Plan keeps below 2^31). fd_inner is invalid (d = 0) past 2^31 - 1.
+  FastDivmod fd_cluster, fd_tx, fd_ty, fd_inner;
 };
+
+// n / d in the kernels' index type I: on 32-bit I through the launch-time
+// constants f (every dividend of a 32-bit variant is below 2^31: the Plan's bound),
+// on 64-bit I the plain division (a 64-bit variant's inner may not fit f).
+template <class I> __device__ __forceinline__ I idiv(I n, I d, const FastDivmod& f) {
+  if constexpr (sizeof(I) == 4) return I(f.div(int32_t(n)));
+  else return n / d;
+}
 
 using KernelFn = void (*)(Args);
 
@@ -804,7 +817,7 @@ struct SpatialCx {
       for (int i = 0; i < V; ++i) {
         R t = x[i];
         for (int off = TX; off < 32; off *= 2) t = op(t, shfl_xor(t, off));
-        x[i] = shfl(t, lane % TX);
+        x[i] = shfl(t, txi);  // lane % TX: TX is a power of two (the xor offsets above need it)
       }
     }
     const int G = TX < 32 ? TX * TY / 32 : TY;
@@ -925,19 +938,20 @@ template <class T, class I, bool Fwd, bool Log, int V, int EV>
 __global__ void __launch_bounds__(512, 2) spatial_kernel(Args args) {
   using A = dacc_t<T>;
   const int C = args.cluster;
-  const int rank = int(blockIdx.x % unsigned(C));
+  const int rank = args.fd_cluster.mod(int(blockIdx.x));
   const int TX = args.tx, TY = args.ty;
-  const int txi = int(threadIdx.x) % TX, tyi = int(threadIdx.x) / TX;
+  const int tyi = args.fd_tx.div(int(threadIdx.x)), txi = int(threadIdx.x) - tyi * TX;
   const I inner = I(args.inner);
   const I ncols = I(args.outer) * inner;
   const I tiles = I(args.work);
   const int64_t slab = args.D * args.inner;
-  for (I tile = I(blockIdx.x / unsigned(C)); tile < tiles; tile += I(gridDim.x / unsigned(C))) {
+  const I tile_step = I(args.fd_cluster.div(int(gridDim.x)));
+  for (I tile = I(args.fd_cluster.div(int(blockIdx.x))); tile < tiles; tile += tile_step) {
     const I col = tile * I(TX * V) + I(txi * V);
     const bool active = col < ncols;
     int64_t base = 0;  // column base: 64-bit
     if (active) {
-      const I o = col / inner;
+      const I o = idiv<I>(col, inner, args.fd_inner);
       base = int64_t(o) * slab + int64_t(col - o * inner);
     }
     SpatialCx<T, I, V, EV> cx{static_cast<const T*>(args.a) + base,
@@ -1124,9 +1138,9 @@ __device__ __forceinline__ void spatial_staged_body(const Args& args) {
   using A = dacc_t<T>;
   using VT = Vec<T, V>;
   const int C = args.cluster;
-  const int rank = int(blockIdx.x % unsigned(C));
+  const int rank = args.fd_cluster.mod(int(blockIdx.x));
   const int TX = args.tx, TY = args.ty;
-  const int txi = int(threadIdx.x) % TX, tyi = int(threadIdx.x) / TX;
+  const int tyi = args.fd_tx.div(int(threadIdx.x)), txi = int(threadIdx.x) - tyi * TX;
   const int cols = TX * V;
   const int K = args.krows;
   const I D = I(args.D);
@@ -1135,19 +1149,20 @@ __device__ __forceinline__ void spatial_staged_body(const Args& args) {
   const I tiles = I(args.work);
   const int64_t slab = args.D * args.inner;
   const I d0 = I(rank) * I(K) * I(TY) + I(tyi);  // this thread's first row; then every TY
-  const I held = D > d0 ? (D - d0 + I(TY) - 1) / I(TY) : I(0);
+  const I held = D > d0 ? idiv<I>(D - d0 + I(TY) - 1, I(TY), args.fd_ty) : I(0);
   const int n = held < I(K) ? int(held) : K;  // rows this thread holds
   const int ks = TX * TY;  // slot stride in vectors
   VT* s0 = reinterpret_cast<VT*>(dyn_smem() + args.stage_off) + tyi * TX + txi;
   VT* s1 = s0 + int64_t(K) * ks;  // bwd: y after g
   const A ninf = ops::neg_inf<A>();
   const A nan = std::numeric_limits<A>::quiet_NaN();
-  for (I tile = I(blockIdx.x / unsigned(C)); tile < tiles; tile += I(gridDim.x / unsigned(C))) {
+  const I tile_step = I(args.fd_cluster.div(int(gridDim.x)));
+  for (I tile = I(args.fd_cluster.div(int(blockIdx.x))); tile < tiles; tile += tile_step) {
     const I col = tile * I(cols) + I(txi * V);
     const bool active = col < ncols;
     int64_t base = 0;  // column base: 64-bit
     if (active) {
-      const I o = col / inner;
+      const I o = idiv<I>(col, inner, args.fd_inner);
       base = int64_t(o) * slab + int64_t(col - o * inner);
     }
     const int na = active ? n : 0;
