@@ -194,14 +194,25 @@ def main():
         torch_copy, tt = torch_times()
         bnd = torch_boundary()
     commit = run_commit()
-    dev = torch.cuda.get_device_name(0) if not prev else "NVIDIA H200"
+    # The device segred ran on (session 41: a run on an H100 with torch's times taken from the
+    # H200 table was titled H200); torch's device is that of the table its times came from.
+    dev = torch.cuda.get_device_name(0)
+    torch_dev = dev
+    if prev:
+        first = open(prev[0]).readline()
+        torch_dev = first[len("# CUDA softmax on "):].split(",")[0].strip() if first.startswith("# CUDA softmax on ") else "?"
     L = []
     L.append(f"# CUDA softmax on {dev}, commit {commit}")
     L.append("")
     L.append(f"torch {torch.__version__}. Copy bandwidth (device-to-device, read + write): segred process "
              f"{seg_copy:.0f} GB/s, torch process {torch_copy:.0f} GB/s; % of copy bandwidth below uses "
              f"{seg_copy:.0f} GB/s for both. Bytes: fwd 2 x tensor, bwd 3 x tensor. Median of {REPS}."
-             + (f" torch's times and boundary verdicts taken from {prev[0]} (not re-run)." if prev else ""))
+             + (f" torch's times and boundary verdicts taken from {prev[0]} (not re-run; measured on {torch_dev})."
+                if prev else ""))
+    if torch_dev != dev:
+        L.append("")
+        L.append(f"**torch's columns were measured on {torch_dev}, segred's and cuDNN's on {dev}: the torch "
+                 "ratios of this table compare two devices and are not a result.**")
     L.append("")
     L.append(f"cuDNN: {dnn_status}; timed in the segred process on the same buffers: cudnnSoftmaxForward/"
              "Backward, CUDNN_SOFTMAX_ACCURATE, MODE_CHANNEL over NCHW [outer, D, inner, 1]; "
