@@ -15,8 +15,10 @@ import statistics
 import sys
 
 
-def main():
-    logs, labels = sys.argv[1], sys.argv[2:]
+def table(logs, labels):
+    """The markdown of LOGDIR's A/B (sm-times.txt, ncu-<label>.csv) for these labels, baseline first."""
+    out = []
+    emit = out.append
     plain = collections.defaultdict(list)  # (case, dtype, dir, label) -> [ms]
     b2b = collections.defaultdict(list)
     path = {}
@@ -36,20 +38,20 @@ def main():
         elif kind == "floor":
             b2b[(f[3], f[4], f[5], label)].append(float(f[6]))
     med = lambda v: statistics.median(v) if v else float("nan")
-    print("# Softmax A/B of library versions: " + ", ".join(labels) + "\n")
-    print("Copy bandwidth per version (median of rounds, GB/s): " +
+    emit("# Softmax A/B of library versions: " + ", ".join(labels) + "\n")
+    emit("Copy bandwidth per version (median of rounds, GB/s): " +
           ", ".join(f"{l} {med(copy[l]):.0f}" for l in labels) + ".")
-    print("us per call: median over the alternated rounds of each round's median of the calls. plain = events")
-    print("around one call (the benchmark table's method); b2b = 20 calls back to back, per call.")
-    print(f"Ratios: each version against {labels[0]} (< 1: faster).\n")
+    emit("us per call: median over the alternated rounds of each round's median of the calls. plain = events")
+    emit("around one call (the benchmark table's method); b2b = 20 calls back to back, per call.")
+    emit(f"Ratios: each version against {labels[0]} (< 1: faster).\n")
     head = ["case", "dtype", "dir"]
     for l in labels:
         head += [f"{l} plain", f"{l} b2b"]
     for l in labels[1:]:
         head += [f"{l}/{labels[0]} plain", f"{l}/{labels[0]} b2b"]
     head += ["path"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    emit("| " + " | ".join(head) + " |")
+    emit("|" + "---|" * len(head))
     for key in order:
         cells = list(key)
         for l in labels:
@@ -58,7 +60,7 @@ def main():
         for l in labels[1:]:
             cells += [f"{med(plain[key + (l,)]) / p0:.3f}", f"{med(b2b[key + (l,)]) / b0:.3f}"]
         cells.append(path[key])
-        print("| " + " | ".join(cells) + " |")
+        emit("| " + " | ".join(cells) + " |")
     for l in labels:
         fn = os.path.join(logs, f"ncu-{l}.csv")
         if not os.path.exists(fn):
@@ -74,10 +76,11 @@ def main():
             v = float(row["Metric Value"].replace(",", ""))
             unit = row.get("Metric Unit", "nsecond")
             k[kn].append(v / 1e3 if unit.startswith("n") else v if unit.startswith("u") else v * 1e3)
-        print(f"\n### Nsight Compute durations, {l}\n\n| kernel | launches | median us |\n|---|---|---|")
+        emit(f"\n### Nsight Compute durations, {l}\n\n| kernel | launches | median us |\n|---|---|---|")
         for kn, v in sorted(k.items()):
-            print(f"| {kn} | {len(v)} | {statistics.median(v):.2f} |")
+            emit(f"| {kn} | {len(v)} | {statistics.median(v):.2f} |")
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":
-    main()
+    sys.stdout.write(table(sys.argv[1], sys.argv[2:]))

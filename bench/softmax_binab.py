@@ -59,12 +59,10 @@ def main():
                                       "--kernel-name-base", "demangled", "-k", "regex:segred::cuda::sm::", path, "3"],
                                env=env(a.ncu), stdout=out, stderr=subprocess.DEVNULL, timeout=300)
             print(f"ncu {label} done", flush=True)
+    text = softmax_ab_table.table(a.logdir, [label for label, _ in bins])
     with open(a.out, "w") as fh:
-        sys.stdout, keep = fh, sys.stdout
-        sys.argv = ["softmax_ab_table.py", a.logdir] + [label for label, _ in bins]
-        softmax_ab_table.main()
-        sys.stdout = keep
-    print(open(a.out).read())
+        fh.write(text)
+    print(text)
 
 
 if __name__ == "__main__":
