@@ -89,6 +89,31 @@ inline std::atomic<bool>& segment_softmax_force_index64() {
   return force;
 }
 
+// Benchmark and test hooks of the tile geometry (session 42: bench/cuda_segment_softmax_bench.cu
+// --block / --budget-kib, which sweep how many rows a thread walks per tile; the ncu of session
+// 37 had ~2/3 of the tile kernel's instructions fixed per warp and tile). 0 = the rule. block:
+// the threads a tile block starts at (a multiple of 32 in [32, kSsBlock]: the kernel's launch
+// bounds; the launcher still halves it where occupancy reports no resident block); budget_kib:
+// the tile part's shared-memory budget in KiB, [8, 200] (above 48 KiB the launch opts in, as
+// for the middle-piece slots). Other values are ignored. The planner reads them too, so the
+// plan stays the geometry that runs.
+struct SegmentSoftmaxTestCaps {
+  std::atomic<int> block{0};
+  std::atomic<int> budget_kib{0};
+};
+inline SegmentSoftmaxTestCaps& segment_softmax_test_caps() {
+  static SegmentSoftmaxTestCaps caps;
+  return caps;
+}
+inline int ss_start_block() {
+  const int b = segment_softmax_test_caps().block.load();
+  return b >= 32 && b <= kSsBlock && b % 32 == 0 ? b : kSsBlock;
+}
+inline int64_t ss_smem_budget() {
+  const int k = segment_softmax_test_caps().budget_kib.load();
+  return k >= 8 && k <= 200 ? int64_t(k) * 1024 : kSsSmemBudget;
+}
+
 struct SegmentSoftmaxGeometry {
   SsKind kind = SsKind::SoftmaxFwd;
   int vec = 1;           // V: features per lane in the walk (shared-memory vector)
@@ -125,12 +150,15 @@ inline void ss_layout(SegmentSoftmaxGeometry& g, int es) {
 }
 
 // `aligned`: the data pointers are 16-byte aligned (the planner assumes they are;
-// the launcher passes the truth). `block`: threads per block (the launcher lowers
-// it when occupancy reports no resident block). `max_items`: a smaller tile, for
-// tests that need many tiles on small inputs (0: the shared-memory budget decides).
+// the launcher passes the truth). `block`: threads per block (0: ss_start_block(),
+// the first the launcher tries; it lowers it when occupancy reports no resident
+// block). `max_items`: a smaller tile, for tests that need many tiles on small
+// inputs (0: the shared-memory budget decides).
 inline SegmentSoftmaxGeometry segment_softmax_geometry(const SegmentSoftmaxProblem& p, bool aligned = true,
-                                                       int block = kSsBlock, int64_t max_items = 0) {
+                                                       int block = 0, int64_t max_items = 0) {
   SegmentSoftmaxGeometry g;
+  if (block <= 0) block = ss_start_block();
+  const int64_t budget = ss_smem_budget();
   g.kind = ss_kind(p.op, p.direction);
   const int es = std::max(1, dtype_size(p.dtype));
   const int64_t outer = std::max<int64_t>(p.outer, 0), L = std::max<int64_t>(p.axis_len, 0);
@@ -156,11 +184,11 @@ inline SegmentSoftmaxGeometry segment_softmax_geometry(const SegmentSoftmaxProbl
   // Tile: the most items whose shared memory fits the budget.
   const int64_t per_item = g.arrays * g.width * es + 2;
   const int64_t fixed = g.arrays * 32 + 16 + ss_round16(int64_t(block) * g.vec * g.stat_bytes) + int64_t(block) * 4 + 16;
-  g.items = std::clamp<int64_t>((kSsSmemBudget - fixed) / per_item, 1, kSsMaxItems);
+  g.items = std::clamp<int64_t>((budget - fixed) / per_item, 1, kSsMaxItems);
   if (max_items > 0) g.items = std::min(g.items, max_items);
   for (;;) {
     ss_layout(g, es);
-    if (g.smem_slots <= kSsSmemBudget || g.items == 1) break;  // the slots are outside the tile budget
+    if (g.smem_slots <= budget || g.items == 1) break;  // the slots are outside the tile budget
     --g.items;
   }
   g.chunks = block / G;

@@ -216,7 +216,7 @@ void run_kind(const SsArgs& a) {
   // Geometry and kernel: a smaller block (and tile) when occupancy reports none.
   detail::SegmentSoftmaxGeometry g;
   void (*kern)(tiles::Params<Idx>) = nullptr;
-  for (int b = detail::kSsBlock;; b /= 2) {
+  for (int b = detail::ss_start_block();; b /= 2) {
     g = detail::segment_softmax_geometry(pr, a.aligned, b);
     kern = g.vec == VMAX ? tile_kernel<K, D, Idx, VMAX> : tile_kernel<K, D, Idx, 1>;
     if (block_viable(kern, b, g.smem_bytes)) break;

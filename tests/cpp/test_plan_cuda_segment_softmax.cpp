@@ -206,5 +206,45 @@ TEST(PlanCudaSegmentSoftmax, WorkedExampleGeometry) {
   }
 }
 
+// The benchmark hooks (SegmentSoftmaxTestCaps): the plan follows them (the plan is the
+// geometry that runs), out-of-range values are ignored, and the defaults are the rule.
+TEST(PlanCudaSegmentSoftmax, TestCapsBlockAndBudget) {
+  const int64_t E = 10000000, nodes = 1000000;
+  const auto p = cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, E, 8, nodes);
+  auto& caps = detail::segment_softmax_test_caps();
+  const Plan base = plan_segment_softmax(p);
+  caps.block = 128;
+  const Plan b128 = plan_segment_softmax(p);
+  const auto g128 = detail::segment_softmax_geometry(p);
+  caps.block = 0;
+  EXPECT_EQ(b128.block[0], 128);
+  EXPECT_EQ(g128.chunks, 64);
+  EXPECT_EQ(g128.chunk_rows % 2, 1);
+  EXPECT_GE(int64_t(g128.chunks) * g128.chunk_rows, g128.items);
+  EXPECT_GT(g128.items, 1142);  // half the per-thread statistics and keys: a larger tile in the same budget
+  EXPECT_LE(g128.smem_slots, detail::kSsSmemBudget);
+  caps.budget_kib = 94;
+  const auto g94 = detail::segment_softmax_geometry(p);
+  const Plan p94 = plan_segment_softmax(p);
+  caps.budget_kib = 0;
+  EXPECT_LE(g94.smem_slots, 94 * 1024);
+  EXPECT_GT(g94.items, 2 * 1142);
+  EXPECT_EQ(p94.chunk, g94.items);
+  EXPECT_LT(p94.grid[0], base.grid[0]);
+  for (int bad : {-32, 1, 48, 512, 100000}) {  // not a multiple of 32 in [32, 256]: the rule
+    caps.block = bad;
+    EXPECT_EQ(plan_segment_softmax(p), base) << bad;
+  }
+  caps.block = 0;
+  for (int bad : {-1, 7, 201}) {
+    caps.budget_kib = bad;
+    EXPECT_EQ(plan_segment_softmax(p), base) << bad;
+  }
+  caps.budget_kib = 0;
+  EXPECT_EQ(plan_segment_softmax(p), base);
+  EXPECT_EQ(base.block[0], 256);
+  EXPECT_EQ(base.chunk, 1142);
+}
+
 }  // namespace
 }  // namespace segred
