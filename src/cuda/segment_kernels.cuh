@@ -881,15 +881,10 @@ __device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__
                                            typename Fn::A val, Idx t_open, FuseOpen<Idx> qo, bool has_head, Idx th,
                                            typename Fn::A head_val, bool reread, typename Fn::A pre, int lane) {
   if constexpr (sizeof(typename Fn::A) == 4) {
-    // Merge items per tile: the flat tile, a power of two known here (the launcher
-    // checks fz.items against it), so first_carry_tile's divisions are shifts. With
-    // fz.items (a runtime value) each was an emulated division of ~20 instructions
-    // (64-bit Idx: a call) in every tile's epilogue (session 41).
-    constexpr Idx kItems = Idx(kTile<typename Fn::Raw>);
     if (t_open < fz.U) {
       if (lane == 31) fuse_publish(fz.pub + w, val);
-      const Idx w0 = fuse::first_carry_tile(t_open, qo.q0, kItems);
-      const Idx we = fuse::first_carry_tile(Idx(t_open + 1), qo.q1, kItems);
+      const Idx w0 = fuse::first_carry_tile(t_open, qo.q0, fz.items);
+      const Idx we = fuse::first_carry_tile(Idx(t_open + 1), qo.q1, fz.items);
       if (fuse::is_long(w0, we)) {
         Idx rs, re;
         fuse::run_of(w, w0, we, rs, re);
@@ -906,7 +901,7 @@ __device__ __forceinline__ void fuse_fixup(const Fn& fn, const Idx* __restrict__
       for (int off = 16; off > 0; off >>= 1) acc = fn.combine(acc, __shfl_down_sync(kFull, acc, off));
       if (lane == 0) fn.finish(th, 0, fn.combine(acc, head_val));
     } else if (has_head) {
-      const Idx w0 = fuse::first_carry_tile(th, q[th], kItems);
+      const Idx w0 = fuse::first_carry_tile(th, q[th], fz.items);
       const float acc =
           fuse::is_long(w0, w)
               ? fuse_fold(fn, [&](Idx m) { return fuse_wait(fz.part + fuse::run_slot(m, w0)); }, fuse::runs(w0, w),

@@ -288,15 +288,10 @@ __global__ void __launch_bounds__(256) flat_maxmin_bwd(StatsFn<T, Idx> sf, BwdFn
                                                        const Idx* __restrict__ tile_i, const Idx* __restrict__ tile_j,
                                                        Idx* __restrict__ carry, Idx* __restrict__ carry_keep,
                                                        Idx* __restrict__ head, uint4* __restrict__ tie_rec,
-                                                       Idx titems_arg, Idx U) {
+                                                       Idx titems, Idx U) {
   wait_prior_grid();  // launched after prepare (launch_after_prior)
   using Raw = T;
   using S = Idx;
-  // Merge items per tile: the flat tile, a power of two (the launcher checks
-  // titems_arg against it), so keep_carry's first_carry_tile divisions are shifts,
-  // not two emulated divisions per tile (session 41).
-  constexpr Idx titems = Idx(kTile<Raw>);
-  (void)titems_arg;
   extern __shared__ __align__(16) unsigned char smem[];
   const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
   const Idx w = Idx(blockIdx.x) * Idx(blockDim.x >> 5) + wib;

@@ -273,10 +273,6 @@ void reduce_pass(const Fn& fn, const typename Fn::Raw* x, const LaunchCtx& c) {
     // takes and zeroes the slots only for a geometry with the fused variant.
     const bool fused = sizeof(A) == 4 && g.fused_fixup && c.fuse_pub != nullptr;
     FuseFix<Idx> fz;
-    // fuse_fixup divides by the flat tile as a constant (kTile<Raw>): the plan's items must be it.
-    if (fused && g.items != int64_t(kTile<Raw>))
-      throw DeviceError(detail::cat("segment_reduce: internal error: flat tile of ", g.items,
-                                    " merge items, the fused fix-up is built for ", kTile<Raw>));
     if (fused) fz = FuseFix<Idx>{c.fuse_pub, c.fuse_pub + (g.workers + 1), Idx(g.items), Idx(g.segs)};
     launch_main(c, k, grid, block, spw * (block / 32), fn, x, q, W, Idx(g.positions), tile_i,
                 tile_j, carry, head, fz, g.flat_ended == 1);
@@ -359,9 +355,6 @@ void maxmin_bwd_pass(const StatsFn<T, Idx>& sf, const BwdFn<T, Idx>& bf, const T
   Idx* keep = c.arena->take<Idx>(g.workers * c.inner);
   uint4* tie_rec = g.flat ? c.arena->take<uint4>(g.workers) : nullptr;  // flat: full tiles' ties (split)
   if (g.flat) {
-    if (g.items != int64_t(kTile<T>))  // flat_maxmin_bwd divides by the flat tile as a constant
-      throw DeviceError(detail::cat("segment_reduce_backward: internal error: flat tile of ", g.items,
-                                    " merge items, the kernel is built for ", kTile<T>));
     auto k = flat_maxmin_bwd<T, Idx>;
     const size_t spw = flat_smem_per_warp<T, Idx>();
     const int block = viable_block(k, g.block, spw, 32, "flat_maxmin_bwd");

@@ -244,7 +244,6 @@ void launch(const char* op, SoftmaxProblem p, const void* a, const void* b, void
     args.fd_cluster = FastDivmod::make(g.cluster);
     args.fd_tx = FastDivmod::make(g.tx);
     args.fd_ty = FastDivmod::make(g.ty);
-    args.fd_lanes = FastDivmod::make(g.lanes);
     args.fd_inner = FastDivmod::make(p.inner);  // invalid past 2^31 - 1: only the 64-bit variants see such an inner
     const size_t smem = size_t(g.smem_bytes(as));  // opted in by viable()
     cudaLaunchConfig_t cfg = {};

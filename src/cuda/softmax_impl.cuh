@@ -80,7 +80,7 @@ struct Args {
   // Session 41: the spatial kernels' set-up divides by these as a multiply-high and
   // a shift (fast_divmod.h; the 32-bit index variants only for inner, whose
   // dividends the Plan keeps below 2^31). fd_inner is invalid (d = 0) past 2^31 - 1.
-  FastDivmod fd_cluster, fd_tx, fd_ty, fd_inner, fd_lanes;
+  FastDivmod fd_cluster, fd_tx, fd_ty, fd_inner;
 };
 
 // n / d in the kernels' index type I: on 32-bit I through the launch-time
@@ -640,10 +640,9 @@ __global__ void __launch_bounds__(256) warp_kernel(Args args) {
   using A = dacc_t<T>;
   const int lanes = args.lanes;
   const I rows = I(args.outer);
-  const I per_block = I(args.fd_lanes.div(int(blockDim.x)));
-  const int g32 = args.fd_lanes.div(int(threadIdx.x));
-  const I group = I(g32);
-  const int lane = int(threadIdx.x) - g32 * lanes;
+  const I per_block = I(blockDim.x / lanes);
+  const I group = I(threadIdx.x / lanes);
+  const int lane = int(threadIdx.x % lanes);
   const int64_t D = args.D;
   for (I r0 = I(blockIdx.x) * per_block; r0 < rows; r0 += I(gridDim.x) * per_block) {
     const I row = r0 + group;
@@ -749,11 +748,10 @@ template <class T, class I, bool Fwd, bool Log, int V, int EV>
 __global__ void __launch_bounds__(1024) block_kernel(Args args) {
   using A = dacc_t<T>;
   const int C = args.cluster;
-  const int rank = args.fd_cluster.mod(int(blockIdx.x));
+  const int rank = int(blockIdx.x % unsigned(C));
   const I rows = I(args.outer);
   const int64_t D = args.D;
-  const I row_step = I(args.fd_cluster.div(int(gridDim.x)));
-  for (I row = I(args.fd_cluster.div(int(blockIdx.x))); row < rows; row += row_step) {
+  for (I row = I(blockIdx.x / unsigned(C)); row < rows; row += I(gridDim.x / unsigned(C))) {
     const int64_t base = int64_t(row) * D;  // row base: 64-bit
     BlockCx<T, I, V, EV> cx{static_cast<const T*>(args.a) + base,
                         Fwd ? nullptr : static_cast<const T*>(args.b) + base,
