@@ -357,6 +357,48 @@ TEST(CudaSegmentSoftmaxLayouts, OneSegmentOf2p26BesideManyOfOne) {
   check(c, SsKind::LogSoftmaxFwd, DType::BFloat16, true, false, rng, false);
 }
 
+// The benchmark's geometry hooks (detail::SegmentSoftmaxTestCaps, session 42: the tile
+// geometry sweeps of bench/cuda_segment_softmax_bench.cu): the launch takes the capped block
+// (trace) and every kind stays right at smaller and larger blocks and tiles, including a
+// tile part of 94 KiB (dynamic shared memory opted in past the 55 KiB of the rule).
+struct SsCaps {  // resets even when an assertion returns early
+  SsCaps(int block, int budget_kib) {
+    detail::segment_softmax_test_caps().block = block;
+    detail::segment_softmax_test_caps().budget_kib = budget_kib;
+  }
+  ~SsCaps() {
+    detail::segment_softmax_test_caps().block = 0;
+    detail::segment_softmax_test_caps().budget_kib = 0;
+  }
+};
+TEST(CudaSegmentSoftmaxLayouts, BenchmarkGeometryCaps) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(42);
+  const int caps[][2] = {{128, 0}, {64, 0}, {0, 94}, {0, 19}};
+  int n = 0;
+  for (const auto& cap : caps)
+    for (int64_t F : {1, 8}) {
+      SCOPED_TRACE(::testing::Message() << "block " << cap[0] << " budget " << cap[1] << " KiB, heads " << F);
+      const SsCaps set(cap[0], cap[1]);
+      const bool offsets = n % 2 == 1;
+      const Case c = make_case(rng, 1, 400, F, n % 3 == 0 ? "long" : "mixed", offsets, 20000);
+      if (cap[0] > 0) {
+        const Shapes sh = shapes_of(c, offsets);
+        const Meta m = metadata(c, offsets);
+        const Inputs in = make_inputs(SsKind::SoftmaxFwd, c, rng, false, [](double v) { return v; });
+        TraceSession trace;
+        run_api(SsKind::SoftmaxFwd, sh, m.seg_dev, in, DType::Float32, kGpu);
+        const auto recs = trace.records();
+        // Records: prepare, the tile kernel, the fix-up, the crossing pass; only the tile kernel's block is capped.
+        bool capped = false;
+        for (const auto& r : recs) capped |= r.block[0] == cap[0];
+        EXPECT_TRUE(capped) << "no launch took the capped block";
+      }
+      for (DType t : {DType::Float32, DType::BFloat16}) check_kinds(c, t, offsets, false, rng, n % 2 == 0);
+      ++n;
+    }
+}
+
 // ---- metadata on the device: validation and unsafe clamping
 
 // The ValueError's message (or what was thrown instead).
