@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "bench/cuda_check.cuh"
@@ -41,6 +42,19 @@ __global__ void maxdiff_kernel(const void* a, const void* b, int64_t n, int dt, 
     m = (d != d) ? __int_as_float(0x7f800000) : fmaxf(m, d);
   }
   atomicMax(out, __float_as_uint(m));
+}
+
+// Whether `name` contains one of the ';'-separated parts of `list` (an empty part matches
+// nothing; an empty or null list matches every name): the benchmarks' case filters.
+inline bool listed(const char* list, const std::string& name) {
+  if (!list || !*list) return true;
+  const std::string l(list);
+  for (size_t at = 0; at <= l.size();) {
+    const size_t end = std::min(l.find(';', at), l.size());
+    if (end > at && name.find(l.substr(at, end - at)) != std::string::npos) return true;
+    at = end + 1;
+  }
+  return false;
 }
 
 // Median over `reps` rounds of `batch` back-to-back calls of f() between two

@@ -75,16 +75,6 @@ struct Case {
 
 const char* dname(DType t) { return t == DType::Float32 ? "float32" : "bfloat16"; }
 
-bool listed(const std::string& list, const std::string& name) {
-  if (list.empty()) return true;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t end = std::min(list.find(';', at), list.size());
-    if (end > at && name.find(list.substr(at, end - at)) != std::string::npos) return true;
-    at = end + 1;
-  }
-  return false;
-}
-
 // max |a - b| of two host tensors of one float dtype, NaN on one side only = inf.
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
@@ -98,12 +88,6 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
     m = std::isnan(d) ? INFINITY : std::max(m, d);
   }
   return m;
-}
-
-Tensor to_host(const Tensor& d) {
-  Tensor h = Tensor::empty(d.sizes(), d.dtype(), DeviceRef{Device::CPU, 0});
-  CK(cudaMemcpy(h.data(), d.data(), size_t(d.numel() * dtype_size(d.dtype())), cudaMemcpyDeviceToHost));
-  return h;
 }
 
 }  // namespace
@@ -157,7 +141,7 @@ int main(int argc, char** argv) {
   const DeviceRef gpu{Device::CUDA, 0}, cpu{Device::CPU, 0};
   bool all_ok = true;
   for (const Case& c : cases) {
-    if (!listed(only, c.name) || (!only_dtype.empty() && only_dtype != dname(c.dtype))) continue;
+    if (!listed(only.c_str(), c.name) || (!only_dtype.empty() && only_dtype != dname(c.dtype))) continue;
     const std::vector<int64_t>& deg = *c.deg;
     const int64_t S = int64_t(deg.size());
     std::vector<int64_t> off(size_t(S + 1), 0);
@@ -192,7 +176,9 @@ int main(int argc, char** argv) {
     }
     // Validation: the CPU backend on the same inputs (y_gpu feeds the backward on both sides).
     {
-      Tensor hx = to_host(x), hg = to_host(g), hy = to_host(y), hgi = to_host(gi), ho = to_host(offs);
+      const DeviceRef host{};
+      Tensor hx = Tensor::copy_to(x, host), hg = Tensor::copy_to(g, host), hy = Tensor::copy_to(y, host);
+      Tensor hgi = Tensor::copy_to(gi, host), ho = Tensor::copy_to(offs, host);
       Segments hs;
       hs.offsets = ho;
       Tensor ry = Tensor::empty(shape, c.dtype, cpu), rgi = Tensor::empty(shape, c.dtype, cpu);

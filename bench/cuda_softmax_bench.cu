@@ -85,17 +85,6 @@ int main(int argc, char** argv) {
   const char* dtypes = std::getenv("SEGRED_SOFTMAX_BENCH_DTYPES");
   const char* no_cudnn = std::getenv("SEGRED_SOFTMAX_BENCH_NO_CUDNN");
   const bool skip_cudnn = no_cudnn && *no_cudnn && std::strcmp(no_cudnn, "0") != 0;
-  // Substring match against ';'-separated parts (an empty part matches nothing).
-  auto listed = [](const char* list, const std::string& name) {
-    if (!list || !*list) return true;
-    std::string l(list);
-    for (size_t at = 0; at <= l.size();) {
-      const size_t end = std::min(l.find(';', at), l.size());
-      if (end > at && name.find(l.substr(at, end - at)) != std::string::npos) return true;
-      at = end + 1;
-    }
-    return false;
-  };
   cudnn_bench::Softmax dnn(cudnn_dirs);
   if (skip_cudnn) std::printf("cudnn_status|unavailable (SEGRED_SOFTMAX_BENCH_NO_CUDNN)\n");
   else if (dnn.ok()) std::printf("cudnn_status|available (cuDNN %zu, legacy cudnnSoftmaxForward/Backward)\n", dnn.version());

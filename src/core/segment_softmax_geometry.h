@@ -90,8 +90,8 @@ inline std::atomic<bool>& segment_softmax_force_index64() {
 }
 
 // Benchmark and test hooks of the tile geometry (session 42: bench/cuda_segment_softmax_bench.cu
-// --block / --budget-kib, which sweep how many rows a thread walks per tile; the ncu of session
-// 37 had ~2/3 of the tile kernel's instructions fixed per warp and tile). 0 = the rule. block:
+// --block / --budget-kib sweep how many rows a thread walks per tile; on an H100 the rule below
+// was the fastest of the eight geometries tried, bench/NOTES.md session 42). 0 = the rule. block:
 // the threads a tile block starts at (a multiple of 32 in [32, kSsBlock]: the kernel's launch
 // bounds; the launcher still halves it where occupancy reports no resident block); budget_kib:
 // the tile part's shared-memory budget in KiB, [8, 200] (above 48 KiB the launch opts in, as
