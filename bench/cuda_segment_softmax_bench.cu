@@ -36,35 +36,13 @@
 #include <vector>
 
 #include "bench/cuda_bench_common.cuh"
+#include "bench/ragged_degrees.h"
 #include "segred/segred.h"
 #include "src/core/segment_softmax_geometry.h"
 
 using namespace segred;
 
 namespace {
-
-// Node in-degrees summing to exactly E (bench/cuda_segment_softmax_bench.py's
-// power_law_degrees): floor(x_m (1 + Lomax(a))) with a = alpha - 1, x_m set for the
-// mean, clipped to [1, max_deg], a fraction of isolated nodes, the last node cut so
-// the sum is E, shuffled.
-std::vector<int64_t> power_law_degrees(int64_t E, uint64_t seed, double alpha = 2.5, double mean = 10.0,
-                                       int64_t max_deg = 100000, double isolated = 0.02) {
-  const double a = alpha - 1.0, xm = mean * (a - 1.0) / a;
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::vector<int64_t> deg;
-  int64_t sum = 0;
-  while (sum < E) {
-    const double x = xm * std::pow(1.0 - u(rng), -1.0 / a);  // x_m (1 + Lomax(a))
-    int64_t d = std::clamp<int64_t>(int64_t(std::floor(x)), 1, max_deg);
-    if (u(rng) < isolated) d = 0;
-    deg.push_back(d);
-    sum += d;
-  }
-  deg.back() -= sum - E;
-  std::shuffle(deg.begin(), deg.end(), rng);
-  return deg;
-}
 
 struct Case {
   std::string name;
