@@ -74,8 +74,13 @@ __device__ int list_of(int64_t L, int rr) {
 }
 
 // One thread a segment; whole warps (lanes past S take no list), so the match and
-// the shuffle see all 32 lanes.
-__global__ void bin_kernel(const int64_t* off, int64_t S, int rr, Bins b) {
+// the shuffle see all 32 lanes. Places are counted per warp (match), then per block
+// (shared-memory atomics), then one global atomic per block and list: ~5 global
+// atomics a block of 256 segments, not one a segment.
+__global__ void __launch_bounds__(256) bin_kernel(const int64_t* off, int64_t S, int rr, Bins b) {
+  __shared__ unsigned block_n[kLists], block_base[kLists];
+  if (threadIdx.x < kLists) block_n[threadIdx.x] = 0;
+  __syncthreads();
   const int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t st = 0, L = 0;
   if (s < S) {
@@ -86,10 +91,13 @@ __global__ void bin_kernel(const int64_t* off, int64_t S, int rr, Bins b) {
   const unsigned peers = __match_any_sync(0xffffffffu, list);
   const int lane = int(threadIdx.x & 31), leader = __ffs(int(peers)) - 1;
   unsigned base = 0;
-  if (lane == leader && list >= 0) base = atomicAdd(&b.ctl[list], unsigned(__popc(int(peers))));
+  if (lane == leader && list >= 0) base = atomicAdd(&block_n[list], unsigned(__popc(int(peers))));
   base = __shfl_sync(0xffffffffu, base, leader);
+  __syncthreads();
+  if (threadIdx.x < kLists) block_base[threadIdx.x] = atomicAdd(&b.ctl[threadIdx.x], block_n[threadIdx.x]);
+  __syncthreads();
   if (list >= 0) {
-    const unsigned at = base + unsigned(__popc(int(peers & ((1u << lane) - 1u))));
+    const unsigned at = block_base[list] + base + unsigned(__popc(int(peers & ((1u << lane) - 1u))));
     b.start[list * b.S + at] = st;
     b.len[list * b.S + at] = int(L);
   }
@@ -233,7 +241,7 @@ __device__ void group_item(const Ctx<K, T>& c, int64_t st, int L,
   using C = Ctx<K, T>;
   using P = typename C::P;
   using Stat = typename C::Stat;
-  constexpr int LPR = C::LPR, NV = C::NV, NT = kBlock ? kThreads : 32, RPI = NT / LPR, U = 4;
+  constexpr int LPR = C::LPR, NV = C::NV, NT = kBlock ? kThreads : 32, RPI = NT / LPR, U = P::kFwd ? 8 : 4;
   const int tid = kBlock ? int(threadIdx.x) : int(threadIdx.x & 31), slot = tid % LPR, r0 = tid / LPR;
   const int64_t v = st * LPR + slot;
   Stat t[NV];
