@@ -10,6 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "src/core/host_memory.h"
+
 namespace segred::bench {
 
 inline void par_memcpy(char* dst, const char* src, size_t n) {
@@ -30,10 +32,13 @@ struct CopyBuffers {
 };
 inline CopyBuffers copy_buffers(size_t half) {
   static size_t cap = 0;
-  static std::unique_ptr<char[]> a, b;
-  if (half > cap) {
-    a.reset(new char[half]);
-    b.reset(new char[half]);
+  struct Free {
+    void operator()(char* p) const { detail::host_free(p); }
+  };
+  static std::unique_ptr<char[], Free> a, b;
+  if (half > cap) {  // the Tensor's allocator: the same pages as the op's tensors
+    a.reset(static_cast<char*>(detail::host_allocate(half)));
+    b.reset(static_cast<char*>(detail::host_allocate(half)));
     cap = half;
     std::memset(a.get(), 1, half);
     std::memset(b.get(), 2, half);

@@ -6,6 +6,7 @@
 
 #include "segred/error.h"
 #include "src/core/device_memory.h"
+#include "src/core/host_memory.h"
 
 namespace segred {
 
@@ -54,9 +55,9 @@ Tensor Tensor::empty(const Shape& sizes, DType dtype, DeviceRef device) {
   const size_t bytes = size_t(segred::numel(sizes)) * size_t(dtype_size(dtype));
   const size_t alloc = bytes ? bytes : 1;
   if (device.type == Device::CPU) {
-    void* p = std::aligned_alloc(64, (alloc + 63) / 64 * 64);
+    void* p = detail::host_allocate(alloc);
     SEGRED_CHECK(p != nullptr, DeviceError, "Tensor::empty: out of host memory for ", bytes, " bytes");
-    t.storage_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    t.storage_ = std::shared_ptr<void>(p, [](void* q) { detail::host_free(q); });
   } else {
     t.storage_ = detail::cuda_allocate(alloc, device.index);
   }
