@@ -29,7 +29,7 @@
 //
 // Usage: cuda_ragged_lanes_proto [--only SUBSTR[;SUBSTR...]] [--dtype float32|bfloat16] [--reps N]
 // Prints:
-//   bins|<case>|<dtype>|<dir>|<segments per list>|<rows per list>
+//   bins|<case>|<dtype>|<segments per list>|<rows per list>|<grids>
 //   check|<case>|<dtype>|<dir>|<variant>|<max abs err vs CPU>|<tolerance>|ok or MISMATCH
 //   case|<case>|<dtype>|<dir>|<variant>|<ms>|<% of copy>|<copy GB/s>
 #include <cuda_bf16.h>
@@ -53,31 +53,36 @@ using detail::SsKind;
 
 namespace {
 
-constexpr int kLists = 5;
-constexpr int kBlockMin = 1024;  // rows from which a segment is a whole block's
+// Lists: short classes c = 0 .. kShort-1 (L <= 4 << c rows), each run by lane groups of
+// LPR x PAR lanes (PAR lanes of a slot hold rows p, p + PAR, ...: at most kRowsPerLane rows a
+// lane, in registers), and the block list (kShort): L above 8 x 32 / LPR rows (128 float32,
+// 256 bfloat16), where a group would exceed a warp.
+constexpr int kShort = 7;
+constexpr int kLists = kShort + 1;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerLane = 8;
+constexpr int kChunk = 4;  // short items a warp takes per atomic
 
 struct Bins {
   int64_t* start;  // kLists x S: a list's segments' first rows
   int* len;        // kLists x S: their lengths
-  unsigned* ctl;   // [0, kLists): counts; [kLists]: the block list's cursor
+  unsigned* ctl;   // [0, kLists): counts; [kLists]: the block list's cursor; [kLists + 1]: the short items' cursor
   int64_t S;
 };
 
-__device__ int list_of(int64_t L, int rr) {
+__device__ int list_of(int64_t L, int max_short_rows) {
   if (L <= 0) return -1;  // an empty segment has no rows to write
-  if (L <= rr / 4) return 0;
-  if (L <= rr / 2) return 1;
-  if (L <= rr) return 2;
-  return L < kBlockMin ? 3 : 4;
+  if (L > max_short_rows) return kShort;
+  int c = 0;
+  while ((int64_t(4) << c) < L) ++c;
+  return c;
 }
 
 // One thread a segment; whole warps (lanes past S take no list), so the match and
 // the shuffle see all 32 lanes. Places are counted per warp (match), then per block
-// (shared-memory atomics), then one global atomic per block and list: ~5 global
-// atomics a block of 256 segments, not one a segment.
-__global__ void __launch_bounds__(256) bin_kernel(const int64_t* off, int64_t S, int rr, Bins b) {
+// (shared-memory atomics), then one global atomic per block and list.
+__global__ void __launch_bounds__(256) bin_kernel(const int64_t* off, int64_t S, int max_short_rows, Bins b) {
   __shared__ unsigned block_n[kLists], block_base[kLists];
   if (threadIdx.x < kLists) block_n[threadIdx.x] = 0;
   __syncthreads();
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(256) bin_kernel(const int64_t* off, int64_t S,
     st = off[s];
     L = off[s + 1] - st;
   }
-  const int list = s < S ? list_of(L, rr) : -1;
+  const int list = s < S ? list_of(L, max_short_rows) : -1;
   const unsigned peers = __match_any_sync(0xffffffffu, list);
   const int lane = int(threadIdx.x & 31), leader = __ffs(int(peers)) - 1;
   unsigned base = 0;
@@ -137,58 +142,72 @@ struct Ctx {
   using Stat = typename P::Stat;
   static constexpr int LPR = 8 * int(sizeof(T)) / 16;  // lanes a row (8 heads)
   static constexpr int NV = Lane<T>::NV;
+  static constexpr int kMaxShortRows = kRowsPerLane * 32 / LPR;  // longer: the block list
   const uint4* in0;  // x (forward) or g
   const uint4* in1;  // y (backward)
   uint4* out;
 };
 
-// Lists 0-2: a warp takes G = 32 / LPR segments of one list; lane group gi holds segment
-// gi's rows in registers (RR at most; the loops stop at the warp's longest).
-template <SsKind K, class T, int RR>
-__device__ void short_item(const Ctx<K, T>& c, const int64_t* st_list, const int* len_list, unsigned count,
-                           unsigned item) {
+// Class c's lane group: PAR lanes a slot, RR rows a lane.
+template <class T> constexpr int par_of(int c) {
+  return (4 << c) > kRowsPerLane ? (4 << c) / kRowsPerLane : 1;
+}
+template <class T> constexpr int group_lanes(int c) { return Ctx<SsKind::SoftmaxFwd, T>::LPR * par_of<T>(c); }
+template <class T> constexpr bool class_exists(int c) { return group_lanes<T>(c) <= 32; }
+
+// One short segment (L rows from row st; L == 0: an idle group) on a lane group of LPR x PAR
+// lanes: lane (p, slot) loads rows p, p + PAR, ... (RR at most, the loops stop at the
+// warp's most), two passes over the registers (m = max, NaN never wins; then s = the sum
+// of 1 where x == m, exp(x - m) elsewhere, nothing for -inf: Pol::add's statistic), each
+// merged over the PAR lanes by a butterfly (commutative steps: every lane ends with the same
+// bits), then the rows out. Backward: d = sum g y, the same way.
+template <SsKind K, class T, int RR, int PAR>
+__device__ __forceinline__ void short_segment(const Ctx<K, T>& c, int64_t st, int L) {
   using C = Ctx<K, T>;
   using P = typename C::P;
-  constexpr int LPR = C::LPR, NV = C::NV, G = 32 / LPR;
-  const int lane = int(threadIdx.x & 31), slot = lane % LPR;
-  const unsigned idx = item * G + unsigned(lane / LPR);
-  int L = 0;
-  int64_t st = 0;
-  if (idx < count) st = st_list[idx], L = len_list[idx];
-  const int lmax = __reduce_max_sync(0xffffffffu, unsigned(L));
-  const int64_t v = st * LPR + slot;  // 16-byte vector of row 0
+  constexpr int LPR = C::LPR, NV = C::NV, GL = LPR * PAR;
+  const int lane = int(threadIdx.x & 31), slot = lane % LPR, p = (lane / LPR) % PAR;
+  const int mine = L > p ? (L - p + PAR - 1) / PAR : 0;  // rows of this lane
+  const int most = int(__reduce_max_sync(0xffffffffu, unsigned(mine)));
+  const int64_t v = (st + p) * LPR + slot;  // 16-byte vector of the lane's first row
   uint4 a[RR], b[P::kFwd ? 1 : RR];
 #pragma unroll
-  for (int r = 0; r < RR; ++r) {
-    if (r >= lmax) break;
-    if (r < L) {
-      a[r] = __ldcs(c.in0 + v + r * LPR);
-      if constexpr (!P::kFwd) b[r] = __ldcs(c.in1 + v + r * LPR);
+  for (int i = 0; i < RR; ++i) {
+    if (i >= most) break;
+    if (i < mine) {
+      a[i] = __ldcs(c.in0 + v + int64_t(i) * PAR * LPR);
+      if constexpr (!P::kFwd) b[i] = __ldcs(c.in1 + v + int64_t(i) * PAR * LPR);
     }
   }
   typename P::Prep pr[NV];
   if constexpr (P::kFwd) {
-    // Two passes over the registers: m = max (NaN never wins), then s = the sum of
-    // 1 where x == m, exp(x - m) elsewhere, nothing for -inf (Pol::add's statistic).
     float m[NV], s[NV];
 #pragma unroll
     for (int k = 0; k < NV; ++k) m[k] = -INFINITY, s[k] = 0.f;
 #pragma unroll
-    for (int r = 0; r < RR; ++r) {
-      if (r >= lmax) break;
-      if (r < L) {
+    for (int i = 0; i < RR; ++i) {
+      if (i >= most) break;
+      if (i < mine) {
         float f[NV];
-        Lane<T>::unpack(a[r], f);
+        Lane<T>::unpack(a[i], f);
 #pragma unroll
         for (int k = 0; k < NV; ++k) m[k] = f[k] > m[k] ? f[k] : m[k];
       }
     }
 #pragma unroll
-    for (int r = 0; r < RR; ++r) {
-      if (r >= lmax) break;
-      if (r < L) {
+    for (int o = LPR; o < GL; o <<= 1) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k) {
+        const float w = __shfl_xor_sync(0xffffffffu, m[k], o);
+        m[k] = w > m[k] ? w : m[k];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < RR; ++i) {
+      if (i >= most) break;
+      if (i < mine) {
         float f[NV];
-        Lane<T>::unpack(a[r], f);
+        Lane<T>::unpack(a[i], f);
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
           const float e = ops::ss::ss_exp_stat(f[k] - m[k]);
@@ -197,52 +216,62 @@ __device__ void short_item(const Ctx<K, T>& c, const int64_t* st_list, const int
       }
     }
 #pragma unroll
+    for (int o = LPR; o < GL; o <<= 1) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k) s[k] += __shfl_xor_sync(0xffffffffu, s[k], o);
+    }
+#pragma unroll
     for (int k = 0; k < NV; ++k) pr[k] = P::prep(typename P::Stat{m[k], s[k]});
   } else {
     float d[NV];
 #pragma unroll
     for (int k = 0; k < NV; ++k) d[k] = 0.f;
 #pragma unroll
-    for (int r = 0; r < RR; ++r) {
-      if (r >= lmax) break;
-      if (r < L) {
+    for (int i = 0; i < RR; ++i) {
+      if (i >= most) break;
+      if (i < mine) {
         float g[NV], y[NV];
-        Lane<T>::unpack(a[r], g);
-        Lane<T>::unpack(b[r], y);
+        Lane<T>::unpack(a[i], g);
+        Lane<T>::unpack(b[i], y);
 #pragma unroll
         for (int k = 0; k < NV; ++k) P::add(d[k], g[k], y[k]);
       }
     }
 #pragma unroll
+    for (int o = LPR; o < GL; o <<= 1) {
+#pragma unroll
+      for (int k = 0; k < NV; ++k) d[k] += __shfl_xor_sync(0xffffffffu, d[k], o);
+    }
+#pragma unroll
     for (int k = 0; k < NV; ++k) pr[k] = P::prep(d[k]);
   }
 #pragma unroll
-  for (int r = 0; r < RR; ++r) {
-    if (r >= lmax) break;
-    if (r < L) {
+  for (int i = 0; i < RR; ++i) {
+    if (i >= most) break;
+    if (i < mine) {
       float f[NV], y[NV], o[NV];
-      Lane<T>::unpack(a[r], f);
-      if constexpr (!P::kFwd) Lane<T>::unpack(b[r], y);
+      Lane<T>::unpack(a[i], f);
+      if constexpr (!P::kFwd) Lane<T>::unpack(b[i], y);
 #pragma unroll
       for (int k = 0; k < NV; ++k) o[k] = P::apply(f[k], P::kFwd ? 0.f : y[k], pr[k]);
-      __stcs(c.out + v + r * LPR, Lane<T>::pack(o));
+      __stcs(c.out + v + int64_t(i) * PAR * LPR, Lane<T>::pack(o));
     }
   }
 }
 
-// Lists 3 and 4: NT threads (a warp or the block) on one segment: the online statistic
-// over rows tid / LPR, + NT / LPR, ..., merged over the lanes of the same slot
+// The block list: the block on one segment: the online statistic over rows tid / LPR,
+// + kThreads / LPR, ... (U rows a thread in flight), merged over the lanes of a slot
 // (butterfly: Pol::combine is commutative, so every lane ends with the same bits), then
-// over the warps in a fixed order through shared memory; then the rows again (L1 / L2)
-// for the output.
-template <SsKind K, class T, bool kBlock>
-__device__ void group_item(const Ctx<K, T>& c, int64_t st, int L,
-                           typename Ctx<K, T>::Stat (*red)[Ctx<K, T>::LPR][Ctx<K, T>::NV]) {
+// over the warps in a fixed order through shared memory; then the rows again (L1 / L2,
+// U in flight) for the output.
+template <SsKind K, class T>
+__device__ __noinline__ void block_segment(const Ctx<K, T>& c, int64_t st, int L,
+                              typename Ctx<K, T>::Stat (*red)[Ctx<K, T>::LPR][Ctx<K, T>::NV]) {
   using C = Ctx<K, T>;
   using P = typename C::P;
   using Stat = typename C::Stat;
-  constexpr int LPR = C::LPR, NV = C::NV, NT = kBlock ? kThreads : 32, RPI = NT / LPR, U = P::kFwd ? 8 : 4;
-  const int tid = kBlock ? int(threadIdx.x) : int(threadIdx.x & 31), slot = tid % LPR, r0 = tid / LPR;
+  constexpr int LPR = C::LPR, NV = C::NV, RPI = kThreads / LPR, U = P::kFwd ? 8 : 4;
+  const int tid = int(threadIdx.x), slot = tid % LPR, r0 = tid / LPR;
   const int64_t v = st * LPR + slot;
   Stat t[NV];
 #pragma unroll
@@ -282,61 +311,126 @@ __device__ void group_item(const Ctx<K, T>& c, int64_t st, int L,
       t[k] = P::combine(t[k], w);
     }
   }
-  if constexpr (kBlock) {
-    const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31);
-    if (lane < LPR) {
+  const int warp = tid >> 5, lane = tid & 31;
+  if (lane < LPR) {
 #pragma unroll
-      for (int k = 0; k < NV; ++k) red[warp][lane][k] = t[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      t[k] = red[0][slot][k];
-      for (int w = 1; w < kWarps; ++w) t[k] = P::combine(t[k], red[w][slot][k]);
-    }
-    __syncthreads();
+    for (int k = 0; k < NV; ++k) red[warp][lane][k] = t[k];
   }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    t[k] = red[0][slot][k];
+    for (int w = 1; w < kWarps; ++w) t[k] = P::combine(t[k], red[w][slot][k]);
+  }
+  __syncthreads();
   typename P::Prep pr[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k) pr[k] = P::prep(t[k]);
-  for (int r = r0; r < L; r += RPI) {
-    const uint4 a = c.in0[v + int64_t(r) * LPR];
-    float f[NV], y[NV], o[NV];
-    Lane<T>::unpack(a, f);
-    if constexpr (!P::kFwd) Lane<T>::unpack(c.in1[v + int64_t(r) * LPR], y);
+  for (int rb = r0; rb < L; rb += U * RPI) {
+    uint4 a[U], b[U];
 #pragma unroll
-    for (int k = 0; k < NV; ++k) o[k] = P::apply(f[k], P::kFwd ? 0.f : y[k], pr[k]);
-    __stcs(c.out + v + int64_t(r) * LPR, Lane<T>::pack(o));
+    for (int u = 0; u < U; ++u) {
+      const int r = rb + u * RPI;
+      if (r < L) {
+        a[u] = c.in0[v + int64_t(r) * LPR];
+        if constexpr (!P::kFwd) b[u] = c.in1[v + int64_t(r) * LPR];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int r = rb + u * RPI;
+      if (r < L) {
+        float f[NV], y[NV], o[NV];
+        Lane<T>::unpack(a[u], f);
+        if constexpr (!P::kFwd) Lane<T>::unpack(b[u], y);
+#pragma unroll
+        for (int k = 0; k < NV; ++k) o[k] = P::apply(f[k], P::kFwd ? 0.f : y[k], pr[k]);
+        __stcs(c.out + v + int64_t(r) * LPR, Lane<T>::pack(o));
+      }
+    }
   }
 }
 
-// Persistent blocks: the block list first (atomic cursor: the longest segments start at
-// once), then each warp independently the warp list and the short lists (longest list
-// first), items strided over the grid's warps.
-template <SsKind K, class T, int RR>
+// Short item u of class cl: its lane group's segment (start, length), or (0, 0).
+template <class T>
+__device__ __forceinline__ void short_meta(const Bins& b, int cl, unsigned u, int64_t& st, int& L) {
+  const int gl = group_lanes<T>(cl);
+  const unsigned idx = u * unsigned(32 / gl) + unsigned(int(threadIdx.x & 31) / gl);
+  st = 0, L = 0;
+  if (idx < b.ctl[cl]) st = b.start[cl * b.S + idx], L = b.len[cl * b.S + idx];
+}
+
+template <SsKind K, class T, int CL>
+__device__ __forceinline__ void short_dispatch(const Ctx<K, T>& c, int cl, int64_t st, int L) {
+  if constexpr (CL >= 0) {
+    if (cl == CL) {
+      if constexpr (class_exists<T>(CL))
+        short_segment<K, T, ((4 << CL) < kRowsPerLane ? (4 << CL) : kRowsPerLane), par_of<T>(CL)>(c, st, L);
+    } else {
+      short_dispatch<K, T, CL - 1>(c, cl, st, L);
+    }
+  }
+}
+
+// Persistent blocks: the block list first (an atomic cursor: the longest segments start at
+// once), then each warp the short items, kChunk a grab from one cursor over the classes
+// longest first, the next grab's atomic in flight while the chunk runs, the chunk's
+// segment starts and lengths loaded before its first segment.
+template <SsKind K, class T>
 __global__ void __launch_bounds__(kThreads, 2) lanes_kernel(Ctx<K, T> c, Bins b) {
   using C = Ctx<K, T>;
   __shared__ typename C::Stat red[kWarps][C::LPR][C::NV];
   __shared__ unsigned item_sh;
-  const unsigned* cnt = b.ctl;
   for (;;) {
     if (threadIdx.x == 0) item_sh = atomicAdd(&b.ctl[kLists], 1u);
     __syncthreads();
     const unsigned it = item_sh;
     __syncthreads();
-    if (it >= cnt[4]) break;
-    group_item<K, T, true>(c, b.start[4 * b.S + it], b.len[4 * b.S + it], red);
+    if (it >= b.ctl[kShort]) break;
+    block_segment<K, T>(c, b.start[kShort * b.S + it], b.len[kShort * b.S + it], red);
   }
-  const unsigned nw = gridDim.x * kWarps, w = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  for (unsigned it = w; it < cnt[3]; it += nw) group_item<K, T, false>(c, b.start[3 * b.S + it], b.len[3 * b.S + it], red);
-  constexpr unsigned G = 32 / C::LPR;
-  const unsigned n2 = (cnt[2] + G - 1) / G, n1 = (cnt[1] + G - 1) / G, n0 = (cnt[0] + G - 1) / G;
-  for (unsigned it = w; it < n2; it += nw) short_item<K, T, RR>(c, b.start + 2 * b.S, b.len + 2 * b.S, cnt[2], it);
-  for (unsigned it = w; it < n1; it += nw) short_item<K, T, RR / 2>(c, b.start + b.S, b.len + b.S, cnt[1], it);
-  for (unsigned it = w; it < n0; it += nw) short_item<K, T, RR / 4>(c, b.start, b.len, cnt[0], it);
+  // Item space: class kShort-1's items, then kShort-2's, ..., class 0's.
+  unsigned first[kShort + 1];
+  first[0] = 0;
+#pragma unroll
+  for (int k = 0; k < kShort; ++k) {
+    const int cl = kShort - 1 - k;
+    const unsigned g = unsigned(32 / group_lanes<T>(cl));
+    first[k + 1] = first[k] + (class_exists<T>(cl) ? (b.ctl[cl] + g - 1) / g : 0u);
+  }
+  const unsigned total = first[kShort];
+  const int lane = int(threadIdx.x & 31);
+  unsigned grab = 0;
+  if (lane == 0) grab = atomicAdd(&b.ctl[kLists + 1], unsigned(kChunk));
+  unsigned base = __shfl_sync(0xffffffffu, grab, 0);
+  while (base < total) {
+    if (lane == 0) grab = atomicAdd(&b.ctl[kLists + 1], unsigned(kChunk));
+    int64_t st[kChunk];
+    int L[kChunk], cl[kChunk];
+#pragma unroll
+    for (int j = 0; j < kChunk; ++j) {
+      const unsigned u = base + unsigned(j);
+      int k = 0;
+#pragma unroll
+      for (int q = 1; q < kShort; ++q) k = first[q] <= u ? q : k;  // first[] stays in registers
+      cl[j] = kShort - 1 - k;
+      unsigned fk = first[0];
+#pragma unroll
+      for (int q = 1; q < kShort; ++q) fk = q == k ? first[q] : fk;
+      if (u < total) short_meta<T>(b, cl[j], u - fk, st[j], L[j]);
+      else st[j] = 0, L[j] = 0, cl[j] = -1;
+    }
+    // One copy of the segment code (not unrolled: unrolled, the compiler overlapped the
+    // chunk's segments and spilled); the chunk's metadata shifts down in registers.
+#pragma unroll 1
+    for (int j = 0; j < kChunk; ++j) {
+      short_dispatch<K, T, kShort - 1>(c, cl[0], st[0], L[0]);
+#pragma unroll
+      for (int q = 0; q + 1 < kChunk; ++q) st[q] = st[q + 1], L[q] = L[q + 1], cl[q] = cl[q + 1];
+    }
+    base = __shfl_sync(0xffffffffu, grab, 0);
+  }
 }
-
-template <SsKind K> constexpr int kRR = Ctx<K, float>::P::kFwd ? 16 : 8;
 
 struct Proto {
   Bins b{};
@@ -345,18 +439,18 @@ struct Proto {
   template <SsKind K, class T>
   int grid() const {
     int per = 0, sms = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, lanes_kernel<K, T, kRR<K>>, kThreads, 0));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, lanes_kernel<K, T>, kThreads, 0));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     return std::max(1, per) * sms;
   }
-  template <SsKind K> void bin() const {
-    CK(cudaMemsetAsync(b.ctl, 0, (kLists + 1) * sizeof(unsigned)));
-    bin_kernel<<<unsigned((S + 255) / 256), 256>>>(off, S, kRR<K>, b);
+  template <class T> void bin() const {
+    CK(cudaMemsetAsync(b.ctl, 0, (kLists + 2) * sizeof(unsigned)));
+    bin_kernel<<<unsigned((S + 255) / 256), 256>>>(off, S, Ctx<SsKind::SoftmaxFwd, T>::kMaxShortRows, b);
   }
   template <SsKind K, class T> void main(const void* in0, const void* in1, void* out, int g) const {
-    CK(cudaMemsetAsync(b.ctl + kLists, 0, sizeof(unsigned)));  // the block list's cursor
+    CK(cudaMemsetAsync(b.ctl + kLists, 0, 2 * sizeof(unsigned)));  // the cursors
     Ctx<K, T> c{static_cast<const uint4*>(in0), static_cast<const uint4*>(in1), static_cast<uint4*>(out)};
-    lanes_kernel<K, T, kRR<K>><<<g, kThreads>>>(c, b);
+    lanes_kernel<K, T><<<g, kThreads>>>(c, b);
   }
 };
 
@@ -415,11 +509,11 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   constexpr SsKind F = SsKind::SoftmaxFwd, B = SsKind::SoftmaxBwd;
   const int gf = p.grid<F, T>(), gb = p.grid<B, T>();
   auto pro_fwd = [&] {
-    p.bin<F>();
+    p.bin<T>();
     p.main<F, T>(x.data(), nullptr, py.data(), gf);
   };
   auto pro_bwd = [&] {
-    p.bin<B>();
+    p.bin<T>();
     p.main<B, T>(g.data(), y.data(), pgi.data(), gb);
   };
   lib_fwd();
@@ -428,10 +522,9 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   pro_bwd();
   CK(cudaDeviceSynchronize());
   CK(cudaGetLastError());
-  // The bins of each direction, as counted on the device.
-  for (int d = 0; d < 2; ++d) {
-    if (d == 0) p.bin<F>();
-    else p.bin<B>();
+  // The bins (one set for both directions), as counted on the device.
+  {
+    p.bin<T>();
     std::vector<unsigned> cnt(kLists);
     CK(cudaMemcpy(cnt.data(), p.b.ctl, kLists * sizeof(unsigned), cudaMemcpyDeviceToHost));
     std::vector<int64_t> rows_in(kLists, 0);
@@ -441,9 +534,12 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
       CK(cudaMemcpy(len.data(), p.b.len + l * S, len.size() * sizeof(int), cudaMemcpyDeviceToHost));
       for (int v : len) rows_in[size_t(l)] += v;
     }
-    std::printf("bins|%s|%s|%s|%u %u %u %u %u|%lld %lld %lld %lld %lld|grid %d\n", cs.name.c_str(), dname(cs.dtype),
-                d ? "bwd" : "fwd", cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], (long long)rows_in[0], (long long)rows_in[1],
-                (long long)rows_in[2], (long long)rows_in[3], (long long)rows_in[4], d ? gb : gf);
+    std::string cs_, rs_;
+    for (int l = 0; l < kLists; ++l) {
+      cs_ += (l ? " " : "") + std::to_string(cnt[size_t(l)]);
+      rs_ += (l ? " " : "") + std::to_string(rows_in[size_t(l)]);
+    }
+    std::printf("bins|%s|%s|%s|%s|grid fwd %d bwd %d\n", cs.name.c_str(), dname(cs.dtype), cs_.c_str(), rs_.c_str(), gf, gb);
   }
   {
     const DeviceRef host{};
@@ -480,7 +576,7 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   // Bins kept from a last bin<dir>() for the "kernel only" rows.
   auto pro_fwd_main = [&] { p.main<F, T>(x.data(), nullptr, py.data(), gf); };
   auto pro_bwd_main = [&] { p.main<B, T>(g.data(), y.data(), pgi.data(), gb); };
-  auto bin_only = [&] { p.bin<F>(); };
+  auto bin_only = [&] { p.bin<T>(); };
   struct Row {
     const char* dir;
     const char* var;
@@ -489,12 +585,12 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   std::vector<Row> rows_out;
   rows_out.push_back({"fwd", "library", batch_ms(lib_fwd, reps, 5)});
   rows_out.push_back({"fwd", "lanes (bins + kernel)", batch_ms(pro_fwd, reps, 5)});
-  p.bin<F>();
+  p.bin<T>();
   rows_out.push_back({"fwd", "lanes kernel only", batch_ms(pro_fwd_main, reps, 5)});
   rows_out.push_back({"fwd", "bins only", batch_ms(bin_only, reps, 5)});
   rows_out.push_back({"bwd", "library", batch_ms(lib_bwd, reps, 5)});
   rows_out.push_back({"bwd", "lanes (bins + kernel)", batch_ms(pro_bwd, reps, 5)});
-  p.bin<B>();
+  p.bin<T>();
   rows_out.push_back({"bwd", "lanes kernel only", batch_ms(pro_bwd_main, reps, 5)});
   for (const Row& r : rows_out) {
     const bool bwd = r.dir[0] == 'b';
