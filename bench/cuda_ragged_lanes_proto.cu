@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bench/cuda_bench_common.cuh"
@@ -376,8 +377,9 @@ __device__ __forceinline__ void short_dispatch(const Ctx<K, T>& c, int cl, int64
 // once), then each warp the short items, kChunk a grab from one cursor over the classes
 // longest first, the next grab's atomic in flight while the chunk runs, the chunk's
 // segment starts and lengths loaded before its first segment.
-template <SsKind K, class T>
-__global__ void __launch_bounds__(kThreads, 2) lanes_kernel(Ctx<K, T> c, Bins b) {
+// MB: the launch bounds' blocks an SM (2: 128 registers, 16 warps an SM; 3: 85, 24; 4: 64, 32).
+template <SsKind K, class T, int MB>
+__global__ void __launch_bounds__(kThreads, MB) lanes_kernel(Ctx<K, T> c, Bins b) {
   using C = Ctx<K, T>;
   __shared__ typename C::Stat red[kWarps][C::LPR][C::NV];
   __shared__ unsigned item_sh;
@@ -436,10 +438,10 @@ struct Proto {
   Bins b{};
   int64_t S = 0;
   const int64_t* off = nullptr;
-  template <SsKind K, class T>
+  template <SsKind K, class T, int MB = 2>
   int grid() const {
     int per = 0, sms = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, lanes_kernel<K, T>, kThreads, 0));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, lanes_kernel<K, T, MB>, kThreads, 0));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     return std::max(1, per) * sms;
   }
@@ -447,10 +449,10 @@ struct Proto {
     CK(cudaMemsetAsync(b.ctl, 0, (kLists + 2) * sizeof(unsigned)));
     bin_kernel<<<unsigned((S + 255) / 256), 256>>>(off, S, Ctx<SsKind::SoftmaxFwd, T>::kMaxShortRows, b);
   }
-  template <SsKind K, class T> void main(const void* in0, const void* in1, void* out, int g) const {
+  template <SsKind K, class T, int MB = 2> void main(const void* in0, const void* in1, void* out, int g) const {
     CK(cudaMemsetAsync(b.ctl + kLists, 0, 2 * sizeof(unsigned)));  // the cursors
     Ctx<K, T> c{static_cast<const uint4*>(in0), static_cast<const uint4*>(in1), static_cast<uint4*>(out)};
-    lanes_kernel<K, T><<<g, kThreads>>>(c, b);
+    lanes_kernel<K, T, MB><<<g, kThreads>>>(c, b);
   }
 };
 
@@ -541,17 +543,18 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
     }
     std::printf("bins|%s|%s|%s|%s|grid fwd %d bwd %d\n", cs.name.c_str(), dname(cs.dtype), cs_.c_str(), rs_.c_str(), gf, gb);
   }
+  const DeviceRef host{};
+  Tensor hy = Tensor::copy_to(y, host), ho = Tensor::copy_to(offs, host);
+  Segments hs;
+  hs.offsets = ho;
+  Tensor ry = Tensor::empty(shape, cs.dtype, cpu), rgi = Tensor::empty(shape, cs.dtype, cpu);
+  const double tol = cs.dtype == DType::Float32 ? 1e-5 : 1.6e-2;
   {
-    const DeviceRef host{};
-    Tensor hx = Tensor::copy_to(x, host), hg = Tensor::copy_to(g, host), hy = Tensor::copy_to(y, host);
-    Tensor hgi = Tensor::copy_to(gi, host), ho = Tensor::copy_to(offs, host);
+    Tensor hx = Tensor::copy_to(x, host), hg = Tensor::copy_to(g, host);
+    Tensor hgi = Tensor::copy_to(gi, host);
     Tensor hpy = Tensor::copy_to(py, host), hpgi = Tensor::copy_to(pgi, host);
-    Segments hs;
-    hs.offsets = ho;
-    Tensor ry = Tensor::empty(shape, cs.dtype, cpu), rgi = Tensor::empty(shape, cs.dtype, cpu);
     segment_softmax_out(SegmentSoftmaxOp::Softmax, hx, hs, ry);
     segment_softmax_backward_out(SegmentSoftmaxOp::Softmax, hg, hy, hy, hs, rgi);  // both backwards take y_lib
-    const double tol = cs.dtype == DType::Float32 ? 1e-5 : 1.6e-2;
     const struct {
       const char* dir;
       const char* var;
@@ -592,6 +595,29 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   rows_out.push_back({"bwd", "lanes (bins + kernel)", batch_ms(pro_bwd, reps, 5)});
   p.bin<T>();
   rows_out.push_back({"bwd", "lanes kernel only", batch_ms(pro_bwd_main, reps, 5)});
+  // Occupancy variants (launch bounds 3 and 4 blocks an SM), each validated first.
+  auto variant = [&](auto mb, const char* fname, const char* bname) {
+    constexpr int MB = decltype(mb)::value;
+    const int g1 = p.grid<F, T, MB>(), g2 = p.grid<B, T, MB>();
+    auto vf = [&] { p.main<F, T, MB>(x.data(), nullptr, py.data(), g1); };
+    auto vb = [&] { p.main<B, T, MB>(g.data(), y.data(), pgi.data(), g2); };
+    p.bin<T>();
+    vf();
+    vb();
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+    const double ef = max_abs_diff(Tensor::copy_to(py, host), ry), eb = max_abs_diff(Tensor::copy_to(pgi, host), rgi);
+    for (int d = 0; d < 2; ++d) {
+      const double e = d ? eb : ef;
+      all_ok &= e <= tol;
+      std::printf("check|%s|%s|%s|%s|%.3g|%.3g|%s\n", cs.name.c_str(), dname(cs.dtype), d ? "bwd" : "fwd",
+                  d ? bname : fname, e, tol, e <= tol ? "ok" : "MISMATCH");
+    }
+    rows_out.push_back({"fwd", fname, batch_ms(vf, reps, 5)});
+    rows_out.push_back({"bwd", bname, batch_ms(vb, reps, 5)});
+  };
+  variant(std::integral_constant<int, 3>{}, "lanes kernel only, bounds 3 blocks", "lanes kernel only, bounds 3 blocks");
+  variant(std::integral_constant<int, 4>{}, "lanes kernel only, bounds 4 blocks", "lanes kernel only, bounds 4 blocks");
   for (const Row& r : rows_out) {
     const bool bwd = r.dir[0] == 'b';
     const double floor_ms = ((bwd ? 3 : 2) * bytes + meta) / copy_bw * 1e3;

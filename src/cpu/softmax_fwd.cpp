@@ -56,7 +56,8 @@ SoftmaxIsa softmax_best_isa() {
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("bmi2");
     return avx2 && avx512 ? SoftmaxIsa::Avx512 : avx2 ? SoftmaxIsa::Avx2 : SoftmaxIsa::Baseline;
   }();
   return best;
