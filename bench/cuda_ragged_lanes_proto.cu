@@ -70,6 +70,7 @@ struct Bins {
   int* len;        // kLists x S: their lengths
   unsigned* ctl;   // [0, kLists): counts; [kLists]: the block list's cursor; [kLists + 1]: the short items' cursor
   int64_t S;
+  int parts = 3;   // timing probes only: 1 = the block list alone, 2 = the short classes alone
 };
 
 __device__ int list_of(int64_t L, int max_short_rows) {
@@ -383,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, MB) lanes_kernel(Ctx<K, T> c, Bins b
   using C = Ctx<K, T>;
   __shared__ typename C::Stat red[kWarps][C::LPR][C::NV];
   __shared__ unsigned item_sh;
-  for (;;) {
+  for (; b.parts & 1;) {
     if (threadIdx.x == 0) item_sh = atomicAdd(&b.ctl[kLists], 1u);
     __syncthreads();
     const unsigned it = item_sh;
@@ -400,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, MB) lanes_kernel(Ctx<K, T> c, Bins b
     const unsigned g = unsigned(32 / group_lanes<T>(cl));
     first[k + 1] = first[k] + (class_exists<T>(cl) ? (b.ctl[cl] + g - 1) / g : 0u);
   }
-  const unsigned total = first[kShort];
+  const unsigned total = b.parts & 2 ? first[kShort] : 0u;
   const int lane = int(threadIdx.x & 31);
   unsigned grab = 0;
   if (lane == 0) grab = atomicAdd(&b.ctl[kLists + 1], unsigned(kChunk));
@@ -617,6 +618,15 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
     rows_out.push_back({"bwd", bname, batch_ms(vb, reps, 5)});
   };
   variant(std::integral_constant<int, 3>{}, "lanes kernel only, bounds 3 blocks", "lanes kernel only, bounds 3 blocks");
+  // Where the time goes: the kernel on one part of the work (outputs incomplete: timing only).
+  p.bin<T>();
+  for (int part = 1; part <= 2; ++part) {
+    p.b.parts = part;
+    const char* name = part == 1 ? "probe: block list alone" : "probe: short classes alone";
+    rows_out.push_back({"fwd", name, batch_ms(pro_fwd_main, reps, 5)});
+    rows_out.push_back({"bwd", name, batch_ms(pro_bwd_main, reps, 5)});
+  }
+  p.b.parts = 3;
   variant(std::integral_constant<int, 4>{}, "lanes kernel only, bounds 4 blocks", "lanes kernel only, bounds 4 blocks");
   for (const Row& r : rows_out) {
     const bool bwd = r.dir[0] == 'b';
