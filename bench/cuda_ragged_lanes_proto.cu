@@ -32,6 +32,7 @@
 //   bins|<case>|<dtype>|<segments per list>|<rows per list>|<grids>
 //   check|<case>|<dtype>|<dir>|<variant>|<max abs err vs CPU>|<tolerance>|ok or MISMATCH
 //   case|<case>|<dtype>|<dir>|<variant>|<ms>|<% of copy>|<copy GB/s>
+//   probe|<case>|<dtype>|<dir>|<part> alone|rows <n>|<ms>|<GB/s of the part's data bytes>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -70,7 +71,8 @@ struct Bins {
   int* len;        // kLists x S: their lengths
   unsigned* ctl;   // [0, kLists): counts; [kLists]: the block list's cursor; [kLists + 1]: the short items' cursor
   int64_t S;
-  int parts = 3;   // timing probes only: 1 = the block list alone, 2 = the short classes alone
+  // Timing probes only (outputs incomplete): bit 0 runs the block list, bit 1 + c short class c.
+  unsigned parts = ~0u;
 };
 
 __device__ int list_of(int64_t L, int max_short_rows) {
@@ -399,9 +401,9 @@ __global__ void __launch_bounds__(kThreads, MB) lanes_kernel(Ctx<K, T> c, Bins b
   for (int k = 0; k < kShort; ++k) {
     const int cl = kShort - 1 - k;
     const unsigned g = unsigned(32 / group_lanes<T>(cl));
-    first[k + 1] = first[k] + (class_exists<T>(cl) ? (b.ctl[cl] + g - 1) / g : 0u);
+    first[k + 1] = first[k] + (class_exists<T>(cl) && (b.parts >> (1 + cl) & 1u) ? (b.ctl[cl] + g - 1) / g : 0u);
   }
-  const unsigned total = b.parts & 2 ? first[kShort] : 0u;
+  const unsigned total = first[kShort];
   const int lane = int(threadIdx.x & 31);
   unsigned grab = 0;
   if (lane == 0) grab = atomicAdd(&b.ctl[kLists + 1], unsigned(kChunk));
@@ -526,11 +528,11 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   CK(cudaDeviceSynchronize());
   CK(cudaGetLastError());
   // The bins (one set for both directions), as counted on the device.
+  std::vector<unsigned> cnt(kLists);
+  std::vector<int64_t> rows_in(kLists, 0);
   {
     p.bin<T>();
-    std::vector<unsigned> cnt(kLists);
     CK(cudaMemcpy(cnt.data(), p.b.ctl, kLists * sizeof(unsigned), cudaMemcpyDeviceToHost));
-    std::vector<int64_t> rows_in(kLists, 0);
     std::vector<int> len;
     for (int l = 0; l < kLists; ++l) {
       len.resize(cnt[size_t(l)]);
@@ -618,15 +620,28 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
     rows_out.push_back({"bwd", bname, batch_ms(vb, reps, 5)});
   };
   variant(std::integral_constant<int, 3>{}, "lanes kernel only, bounds 3 blocks", "lanes kernel only, bounds 3 blocks");
-  // Where the time goes: the kernel on one part of the work (outputs incomplete: timing only).
+  // Where the time goes: the kernel on one part of the work (outputs incomplete: timing
+  // only): the block list alone, the short classes alone, each short class alone, with the
+  // part's rows and its rate (data bytes moved: 2 x forward, 3 x backward).
   p.bin<T>();
-  for (int part = 1; part <= 2; ++part) {
-    p.b.parts = part;
-    const char* name = part == 1 ? "probe: block list alone" : "probe: short classes alone";
-    rows_out.push_back({"fwd", name, batch_ms(pro_fwd_main, reps, 5)});
-    rows_out.push_back({"bwd", name, batch_ms(pro_bwd_main, reps, 5)});
+  struct Part {
+    std::string what;
+    unsigned bits;
+    int64_t rows;
+  };
+  std::vector<Part> parts = {{"block list", 1u, rows_in[kShort]}, {"short classes", ~1u, rows - rows_in[kShort]}};
+  for (int cl = 0; cl < kShort; ++cl)
+    if (cnt[size_t(cl)] > 0) parts.push_back({"class " + std::to_string(cl), 1u << (1 + cl), rows_in[size_t(cl)]});
+  for (const Part& pt : parts) {
+    p.b.parts = pt.bits;
+    const double t[2] = {batch_ms(pro_fwd_main, reps, 5), batch_ms(pro_bwd_main, reps, 5)};
+    for (int d = 0; d < 2; ++d)
+      std::printf("probe|%s|%s|%s|%s alone|rows %lld|%.4f ms|%.0f GB/s\n", cs.name.c_str(), dname(cs.dtype),
+                  d ? "bwd" : "fwd", pt.what.c_str(), (long long)pt.rows, t[d],
+                  double(pt.rows) * double(H) * dtype_size(cs.dtype) * (d ? 3 : 2) / (t[d] * 1e-3) / 1e9);
   }
-  p.b.parts = 3;
+  std::fflush(stdout);
+  p.b.parts = ~0u;
   variant(std::integral_constant<int, 4>{}, "lanes kernel only, bounds 4 blocks", "lanes kernel only, bounds 4 blocks");
   for (const Row& r : rows_out) {
     const bool bwd = r.dir[0] == 'b';
