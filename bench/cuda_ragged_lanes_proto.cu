@@ -22,6 +22,12 @@
 // tile kernel's), so special values follow SEMANTICS.md; only rounding differs from the
 // tile kernel (two-pass max / sum here, the online form there).
 //
+// Variants (session 43, v3; prepared, not yet run when written): launch bounds of 3 and 4
+// blocks an SM; "split": the block list cut into pieces of 1024 (float32) / 2048 (bfloat16)
+// rows, each piece's statistic computed by a block in the lanes kernel (balanced, one batch of
+// loads a piece) and merged in piece order by a second kernel that writes the pieces' rows;
+// and timing probes of one part of the work at a time (the block list, each short class).
+//
 // Scope: heads = 8 (rows of 16 or 32 bytes), softmax forward and backward, float32 and
 // bfloat16, 1-D offsets, 32-bit row counts per segment. Validated against the CPU backend
 // like bench/cuda_segment_softmax_bench.cu, then timed (batches of 5, median) with and
@@ -50,6 +56,8 @@
 #include "segred/segred.h"
 #include "src/ops/segment_softmax_tiles.h"
 
+#include <cub/block/block_scan.cuh>
+
 using namespace segred;
 using detail::SsKind;
 
@@ -73,7 +81,14 @@ struct Bins {
   int64_t S;
   // Timing probes only (outputs incomplete): bit 0 runs the block list, bit 1 + c short class c.
   unsigned parts = ~0u;
+  // The split variant: the block list cut into pieces of kThreads / LPR x kPieceU rows, whose
+  // statistics the lanes kernel computes (piece_base: the first piece of each long segment,
+  // ctl[kLists + 2] their number) and piece_write_kernel merges before writing the rows.
+  bool split = false;
+  unsigned* piece_base = nullptr;  // S + 1
+  void* partial = nullptr;         // Stat[pieces][LPR][NV]
 };
+constexpr int kPieceU = 8;  // rows a thread a piece: one pass of a piece is one batch of loads
 
 __device__ int list_of(int64_t L, int max_short_rows) {
   if (L <= 0) return -1;  // an empty segment has no rows to write
@@ -355,6 +370,161 @@ __device__ __noinline__ void block_segment(const Ctx<K, T>& c, int64_t st, int L
   }
 }
 
+// ---- the split variant: long segments in pieces --------------------------------------
+
+// One block: the first piece of each long segment (an exclusive scan of ceil(L / piece
+// rows) over the block list, CUB's BlockScan a chunk of 1024), and their number.
+template <class T>
+__global__ void __launch_bounds__(1024) piece_scan_kernel(Bins b) {
+  using Scan = cub::BlockScan<unsigned, 1024>;
+  __shared__ typename Scan::TempStorage tmp;
+  constexpr unsigned pr = unsigned(kThreads / Ctx<SsKind::SoftmaxFwd, T>::LPR * kPieceU);
+  const unsigned n = b.ctl[kShort];
+  unsigned carry = 0;
+  for (unsigned at = 0; at < n; at += 1024) {
+    const unsigned i = at + threadIdx.x;
+    const unsigned cnt = i < n ? (unsigned(b.len[kShort * b.S + i]) + pr - 1) / pr : 0u;
+    unsigned ex, total;
+    Scan(tmp).ExclusiveSum(cnt, ex, total);
+    if (i < n) b.piece_base[i] = carry + ex;
+    carry += total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    b.piece_base[n] = carry;
+    b.ctl[kLists + 2] = carry;
+  }
+}
+
+// The long segment of piece q: the last i with piece_base[i] <= q.
+__device__ __forceinline__ unsigned piece_segment(const Bins& b, unsigned q) {
+  unsigned lo = 0, hi = b.ctl[kShort];  // piece_base[hi] = pieces > q
+  while (hi - lo > 1) {
+    const unsigned mid = (lo + hi) / 2;
+    if (b.piece_base[mid] <= q) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// Pass 1 of piece q: the block's statistic of the piece's rows (one batch of kPieceU rows a
+// thread, the online update, the butterfly and the fixed-order merge over the warps, as
+// block_segment), stored at partial[q].
+template <SsKind K, class T>
+__device__ __noinline__ void piece_stat(const Ctx<K, T>& c, const Bins& b, unsigned q,
+                                        typename Ctx<K, T>::Stat (*red)[Ctx<K, T>::LPR][Ctx<K, T>::NV]) {
+  using C = Ctx<K, T>;
+  using P = typename C::P;
+  using Stat = typename C::Stat;
+  constexpr int LPR = C::LPR, NV = C::NV, RPI = kThreads / LPR, U = kPieceU;
+  const unsigned i = piece_segment(b, q);
+  const int64_t st = b.start[kShort * b.S + i];
+  const int L = b.len[kShort * b.S + i];
+  const int r_begin = int(q - b.piece_base[i]) * RPI * U;
+  const int tid = int(threadIdx.x), slot = tid % LPR, r0 = r_begin + tid / LPR;
+  const int64_t v = st * LPR + slot;
+  Stat t[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) t[k] = P::identity();
+  uint4 a[U], bb[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int r = r0 + u * RPI;
+    if (r < L) {
+      a[u] = c.in0[v + int64_t(r) * LPR];
+      if constexpr (!P::kFwd) bb[u] = c.in1[v + int64_t(r) * LPR];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (r0 + u * RPI < L) {
+      float f[NV], y[NV];
+      Lane<T>::unpack(a[u], f);
+      if constexpr (!P::kFwd) Lane<T>::unpack(bb[u], y);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) P::add(t[k], f[k], P::kFwd ? 0.f : y[k]);
+    }
+  }
+#pragma unroll
+  for (int o = LPR; o < 32; o <<= 1) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      Stat w;
+      if constexpr (P::kFwd) {
+        w.m = __shfl_xor_sync(0xffffffffu, t[k].m, o);
+        w.s = __shfl_xor_sync(0xffffffffu, t[k].s, o);
+      } else {
+        w = __shfl_xor_sync(0xffffffffu, t[k], o);
+      }
+      t[k] = P::combine(t[k], w);
+    }
+  }
+  const int warp = tid >> 5, lane = tid & 31;
+  if (lane < LPR) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) red[warp][lane][k] = t[k];
+  }
+  __syncthreads();
+  if (tid < LPR) {
+    Stat* out = static_cast<Stat*>(b.partial) + (size_t(q) * LPR + size_t(tid)) * NV;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      Stat m = red[0][tid][k];
+      for (int w = 1; w < kWarps; ++w) m = P::combine(m, red[w][tid][k]);
+      out[k] = m;
+    }
+  }
+  __syncthreads();
+}
+
+// Pass 2 of every piece (a block a piece, persistent): its segment's statistic merged from
+// the segment's pieces in piece order (the same bits in every piece), then the piece's rows.
+template <SsKind K, class T>
+__global__ void __launch_bounds__(kThreads) piece_write_kernel(Ctx<K, T> c, Bins b) {
+  using C = Ctx<K, T>;
+  using P = typename C::P;
+  using Stat = typename C::Stat;
+  constexpr int LPR = C::LPR, NV = C::NV, RPI = kThreads / LPR, U = kPieceU;
+  const unsigned pieces = b.ctl[kLists + 2];
+  const Stat* part = static_cast<const Stat*>(b.partial);
+  const int tid = int(threadIdx.x), slot = tid % LPR;
+  for (unsigned q = blockIdx.x; q < pieces; q += gridDim.x) {
+    const unsigned i = piece_segment(b, q), p0 = b.piece_base[i], p1 = b.piece_base[i + 1];
+    const int64_t st = b.start[kShort * b.S + i];
+    const int L = b.len[kShort * b.S + i];
+    const int r0 = int(q - p0) * RPI * U + tid / LPR;
+    const int64_t v = st * LPR + slot;
+    uint4 a[U], bb[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int r = r0 + u * RPI;
+      if (r < L) {
+        a[u] = c.in0[v + int64_t(r) * LPR];
+        if constexpr (!P::kFwd) bb[u] = c.in1[v + int64_t(r) * LPR];
+      }
+    }
+    typename P::Prep pr[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      Stat m = part[(size_t(p0) * LPR + size_t(slot)) * NV + k];
+      for (unsigned pp = p0 + 1; pp < p1; ++pp) m = P::combine(m, part[(size_t(pp) * LPR + size_t(slot)) * NV + k]);
+      pr[k] = P::prep(m);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int r = r0 + u * RPI;
+      if (r < L) {
+        float f[NV], y[NV], o[NV];
+        Lane<T>::unpack(a[u], f);
+        if constexpr (!P::kFwd) Lane<T>::unpack(bb[u], y);
+#pragma unroll
+        for (int k = 0; k < NV; ++k) o[k] = P::apply(f[k], P::kFwd ? 0.f : y[k], pr[k]);
+        __stcs(c.out + v + int64_t(r) * LPR, Lane<T>::pack(o));
+      }
+    }
+  }
+}
+
 // Short item u of class cl: its lane group's segment (start, length), or (0, 0).
 template <class T>
 __device__ __forceinline__ void short_meta(const Bins& b, int cl, unsigned u, int64_t& st, int& L) {
@@ -391,8 +561,13 @@ __global__ void __launch_bounds__(kThreads, MB) lanes_kernel(Ctx<K, T> c, Bins b
     __syncthreads();
     const unsigned it = item_sh;
     __syncthreads();
-    if (it >= b.ctl[kShort]) break;
-    block_segment<K, T>(c, b.start[kShort * b.S + it], b.len[kShort * b.S + it], red);
+    if (b.split) {
+      if (it >= b.ctl[kLists + 2]) break;
+      piece_stat<K, T>(c, b, it, red);
+    } else {
+      if (it >= b.ctl[kShort]) break;
+      block_segment<K, T>(c, b.start[kShort * b.S + it], b.len[kShort * b.S + it], red);
+    }
   }
   // Item space: class kShort-1's items, then kShort-2's, ..., class 0's.
   unsigned first[kShort + 1];
@@ -457,6 +632,21 @@ struct Proto {
     Ctx<K, T> c{static_cast<const uint4*>(in0), static_cast<const uint4*>(in1), static_cast<uint4*>(out)};
     lanes_kernel<K, T, MB><<<g, kThreads>>>(c, b);
   }
+  // The split variant: the pieces' scan, the lanes kernel (pieces' statistics, then the
+  // short classes), the pieces' write pass.
+  template <SsKind K, class T> void main_split(const void* in0, const void* in1, void* out, int g) const {
+    Bins bs = b;
+    bs.split = true;
+    CK(cudaMemsetAsync(b.ctl + kLists, 0, 2 * sizeof(unsigned)));
+    piece_scan_kernel<T><<<1, 1024>>>(bs);
+    Ctx<K, T> c{static_cast<const uint4*>(in0), static_cast<const uint4*>(in1), static_cast<uint4*>(out)};
+    lanes_kernel<K, T, 2><<<g, kThreads>>>(c, bs);
+    piece_write_kernel<K, T><<<g, kThreads>>>(c, bs);
+  }
+};
+
+struct MS8 {
+  float m, s;  // the size of the forward's statistic, for the partials' allocation (8 per piece: LPR x NV = 8)
 };
 
 struct Case {
@@ -511,6 +701,9 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   CK(cudaMalloc(&p.b.start, size_t(kLists * S) * sizeof(int64_t)));
   CK(cudaMalloc(&p.b.len, size_t(kLists * S) * sizeof(int)));
   CK(cudaMalloc(&p.b.ctl, 2 * kLists * sizeof(unsigned)));
+  CK(cudaMalloc(&p.b.piece_base, size_t(S + 1) * sizeof(unsigned)));
+  // At most rows / (piece rows) + (long segments) pieces; a statistic is at most 8 bytes.
+  CK(cudaMalloc(&p.b.partial, size_t(rows / 1024 + S + 1) * 8 * sizeof(MS8)));
   constexpr SsKind F = SsKind::SoftmaxFwd, B = SsKind::SoftmaxBwd;
   const int gf = p.grid<F, T>(), gb = p.grid<B, T>();
   auto pro_fwd = [&] {
@@ -523,6 +716,9 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   };
   lib_fwd();
   lib_bwd();
+  // NaN everywhere first: a row the prototype does not write fails the check.
+  CK(cudaMemset(py.data(), 0xff, size_t(n) * dtype_size(cs.dtype)));
+  CK(cudaMemset(pgi.data(), 0xff, size_t(n) * dtype_size(cs.dtype)));
   pro_fwd();
   pro_bwd();
   CK(cudaDeviceSynchronize());
@@ -605,6 +801,8 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
     auto vf = [&] { p.main<F, T, MB>(x.data(), nullptr, py.data(), g1); };
     auto vb = [&] { p.main<B, T, MB>(g.data(), y.data(), pgi.data(), g2); };
     p.bin<T>();
+    CK(cudaMemset(py.data(), 0xff, size_t(bytes)));  // NaN everywhere: a row not written fails the check
+    CK(cudaMemset(pgi.data(), 0xff, size_t(bytes)));
     vf();
     vb();
     CK(cudaDeviceSynchronize());
@@ -620,6 +818,32 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
     rows_out.push_back({"bwd", bname, batch_ms(vb, reps, 5)});
   };
   variant(std::integral_constant<int, 3>{}, "lanes kernel only, bounds 3 blocks", "lanes kernel only, bounds 3 blocks");
+  // The split variant (long segments in pieces), validated, then timed with its bins.
+  {
+    auto sf = [&] {
+      p.bin<T>();
+      p.main_split<F, T>(x.data(), nullptr, py.data(), gf);
+    };
+    auto sb = [&] {
+      p.bin<T>();
+      p.main_split<B, T>(g.data(), y.data(), pgi.data(), gb);
+    };
+    CK(cudaMemset(py.data(), 0xff, size_t(bytes)));  // NaN everywhere: a row not written fails the check
+    CK(cudaMemset(pgi.data(), 0xff, size_t(bytes)));
+    sf();
+    sb();
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+    const double ef = max_abs_diff(Tensor::copy_to(py, host), ry), eb = max_abs_diff(Tensor::copy_to(pgi, host), rgi);
+    for (int d = 0; d < 2; ++d) {
+      const double e = d ? eb : ef;
+      all_ok &= e <= tol;
+      std::printf("check|%s|%s|%s|lanes split|%.3g|%.3g|%s\n", cs.name.c_str(), dname(cs.dtype), d ? "bwd" : "fwd", e,
+                  tol, e <= tol ? "ok" : "MISMATCH");
+    }
+    rows_out.push_back({"fwd", "lanes split (bins + kernels)", batch_ms(sf, reps, 5)});
+    rows_out.push_back({"bwd", "lanes split (bins + kernels)", batch_ms(sb, reps, 5)});
+  }
   // Where the time goes: the kernel on one part of the work (outputs incomplete: timing
   // only): the block list alone, the short classes alone, each short class alone, with the
   // part's rows and its rate (data bytes moved: 2 x forward, 3 x backward).
@@ -653,6 +877,8 @@ void run_case(const Case& cs, int reps, bool& all_ok) {
   CK(cudaFree(p.b.start));
   CK(cudaFree(p.b.len));
   CK(cudaFree(p.b.ctl));
+  CK(cudaFree(p.b.piece_base));
+  CK(cudaFree(p.b.partial));
 }
 
 }  // namespace
