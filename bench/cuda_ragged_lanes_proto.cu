@@ -84,7 +84,6 @@ struct Bins {
   // The split variant: the block list cut into pieces of kThreads / LPR x kPieceU rows, whose
   // statistics the lanes kernel computes (piece_base: the first piece of each long segment,
   // ctl[kLists + 2] their number) and piece_write_kernel merges before writing the rows.
-  bool split = false;
   unsigned* piece_base = nullptr;  // S + 1
   void* partial = nullptr;         // Stat[pieces][LPR][NV]
 };
@@ -278,6 +277,73 @@ __device__ __forceinline__ void short_segment(const Ctx<K, T>& c, int64_t st, in
   }
 }
 
+// One batch of U rows a thread (rows r0, r0 + RPI, ... below L) into the statistics t: the
+// loads first, then the online updates (Pol::add).
+template <SsKind K, class T, int U, int RPI>
+__device__ __forceinline__ void add_rows(const Ctx<K, T>& c, int64_t v, int r0, int L,
+                                         typename Ctx<K, T>::Stat (&t)[Ctx<K, T>::NV]) {
+  using C = Ctx<K, T>;
+  using P = typename C::P;
+  constexpr int LPR = C::LPR, NV = C::NV;
+  uint4 a[U], b[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int r = r0 + u * RPI;
+    if (r < L) {
+      a[u] = c.in0[v + int64_t(r) * LPR];
+      if constexpr (!P::kFwd) b[u] = c.in1[v + int64_t(r) * LPR];
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (r0 + u * RPI < L) {
+      float f[NV], y[NV];
+      Lane<T>::unpack(a[u], f);
+      if constexpr (!P::kFwd) Lane<T>::unpack(b[u], y);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) P::add(t[k], f[k], P::kFwd ? 0.f : y[k]);
+    }
+  }
+}
+
+// The block's statistics merged: over the lanes of a slot (butterfly: Pol::combine is
+// commutative, so every lane ends with the same bits), then over the warps in a fixed order
+// through shared memory; every thread ends with its slot's merged statistics.
+template <SsKind K, class T>
+__device__ __forceinline__ void block_merge(typename Ctx<K, T>::Stat (&t)[Ctx<K, T>::NV],
+                                            typename Ctx<K, T>::Stat (*red)[Ctx<K, T>::LPR][Ctx<K, T>::NV]) {
+  using C = Ctx<K, T>;
+  using P = typename C::P;
+  using Stat = typename C::Stat;
+  constexpr int LPR = C::LPR, NV = C::NV;
+#pragma unroll
+  for (int o = LPR; o < 32; o <<= 1) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      Stat w;
+      if constexpr (P::kFwd) {
+        w.m = __shfl_xor_sync(0xffffffffu, t[k].m, o);
+        w.s = __shfl_xor_sync(0xffffffffu, t[k].s, o);
+      } else {
+        w = __shfl_xor_sync(0xffffffffu, t[k], o);
+      }
+      t[k] = P::combine(t[k], w);
+    }
+  }
+  const int warp = int(threadIdx.x >> 5), lane = int(threadIdx.x & 31), slot = int(threadIdx.x) % LPR;
+  if (lane < LPR) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) red[warp][lane][k] = t[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    t[k] = red[0][slot][k];
+    for (int w = 1; w < kWarps; ++w) t[k] = P::combine(t[k], red[w][slot][k]);
+  }
+  __syncthreads();
+}
+
 // The block list: the block on one segment: the online statistic over rows tid / LPR,
 // + kThreads / LPR, ... (U rows a thread in flight), merged over the lanes of a slot
 // (butterfly: Pol::combine is commutative, so every lane ends with the same bits), then
@@ -295,53 +361,8 @@ __device__ __noinline__ void block_segment(const Ctx<K, T>& c, int64_t st, int L
   Stat t[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k) t[k] = P::identity();
-  for (int rb = r0; rb < L; rb += U * RPI) {
-    uint4 a[U], b[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int r = rb + u * RPI;
-      if (r < L) {
-        a[u] = c.in0[v + int64_t(r) * LPR];
-        if constexpr (!P::kFwd) b[u] = c.in1[v + int64_t(r) * LPR];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (rb + u * RPI < L) {
-        float f[NV], y[NV];
-        Lane<T>::unpack(a[u], f);
-        if constexpr (!P::kFwd) Lane<T>::unpack(b[u], y);
-#pragma unroll
-        for (int k = 0; k < NV; ++k) P::add(t[k], f[k], P::kFwd ? 0.f : y[k]);
-      }
-    }
-  }
-#pragma unroll
-  for (int o = LPR; o < 32; o <<= 1) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      Stat w;
-      if constexpr (P::kFwd) {
-        w.m = __shfl_xor_sync(0xffffffffu, t[k].m, o);
-        w.s = __shfl_xor_sync(0xffffffffu, t[k].s, o);
-      } else {
-        w = __shfl_xor_sync(0xffffffffu, t[k], o);
-      }
-      t[k] = P::combine(t[k], w);
-    }
-  }
-  const int warp = tid >> 5, lane = tid & 31;
-  if (lane < LPR) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k) red[warp][lane][k] = t[k];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    t[k] = red[0][slot][k];
-    for (int w = 1; w < kWarps; ++w) t[k] = P::combine(t[k], red[w][slot][k]);
-  }
-  __syncthreads();
+  for (int rb = r0; rb < L; rb += U * RPI) add_rows<K, T, U, RPI>(c, v, rb, L, t);
+  block_merge<K, T>(t, red);
   typename P::Prep pr[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k) pr[k] = P::prep(t[k]);
@@ -426,55 +447,13 @@ __device__ __noinline__ void piece_stat(const Ctx<K, T>& c, const Bins& b, unsig
   Stat t[NV];
 #pragma unroll
   for (int k = 0; k < NV; ++k) t[k] = P::identity();
-  uint4 a[U], bb[U];
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int r = r0 + u * RPI;
-    if (r < L) {
-      a[u] = c.in0[v + int64_t(r) * LPR];
-      if constexpr (!P::kFwd) bb[u] = c.in1[v + int64_t(r) * LPR];
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (r0 + u * RPI < L) {
-      float f[NV], y[NV];
-      Lane<T>::unpack(a[u], f);
-      if constexpr (!P::kFwd) Lane<T>::unpack(bb[u], y);
-#pragma unroll
-      for (int k = 0; k < NV; ++k) P::add(t[k], f[k], P::kFwd ? 0.f : y[k]);
-    }
-  }
-#pragma unroll
-  for (int o = LPR; o < 32; o <<= 1) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      Stat w;
-      if constexpr (P::kFwd) {
-        w.m = __shfl_xor_sync(0xffffffffu, t[k].m, o);
-        w.s = __shfl_xor_sync(0xffffffffu, t[k].s, o);
-      } else {
-        w = __shfl_xor_sync(0xffffffffu, t[k], o);
-      }
-      t[k] = P::combine(t[k], w);
-    }
-  }
-  const int warp = tid >> 5, lane = tid & 31;
-  if (lane < LPR) {
-#pragma unroll
-    for (int k = 0; k < NV; ++k) red[warp][lane][k] = t[k];
-  }
-  __syncthreads();
-  if (tid < LPR) {
+  add_rows<K, T, U, RPI>(c, v, r0, L, t);
+  block_merge<K, T>(t, red);
+  if (tid < LPR) {  // slot tid
     Stat* out = static_cast<Stat*>(b.partial) + (size_t(q) * LPR + size_t(tid)) * NV;
 #pragma unroll
-    for (int k = 0; k < NV; ++k) {
-      Stat m = red[0][tid][k];
-      for (int w = 1; w < kWarps; ++w) m = P::combine(m, red[w][tid][k]);
-      out[k] = m;
-    }
+    for (int k = 0; k < NV; ++k) out[k] = t[k];
   }
-  __syncthreads();
 }
 
 // Pass 2 of every piece (a block a piece, persistent): its segment's statistic merged from
@@ -551,7 +530,9 @@ __device__ __forceinline__ void short_dispatch(const Ctx<K, T>& c, int cl, int64
 // longest first, the next grab's atomic in flight while the chunk runs, the chunk's
 // segment starts and lengths loaded before its first segment.
 // MB: the launch bounds' blocks an SM (2: 128 registers, 16 warps an SM; 3: 85, 24; 4: 64, 32).
-template <SsKind K, class T, int MB>
+// kSplit: the block list as pieces (piece_stat; the split variant), a kernel of its own so
+// that the default one's registers stay as they were measured.
+template <SsKind K, class T, int MB, bool kSplit = false>
 __global__ void __launch_bounds__(kThreads, MB) lanes_kernel(Ctx<K, T> c, Bins b) {
   using C = Ctx<K, T>;
   __shared__ typename C::Stat red[kWarps][C::LPR][C::NV];
@@ -561,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, MB) lanes_kernel(Ctx<K, T> c, Bins b
     __syncthreads();
     const unsigned it = item_sh;
     __syncthreads();
-    if (b.split) {
+    if constexpr (kSplit) {
       if (it >= b.ctl[kLists + 2]) break;
       piece_stat<K, T>(c, b, it, red);
     } else {
@@ -635,12 +616,11 @@ struct Proto {
   // The split variant: the pieces' scan, the lanes kernel (pieces' statistics, then the
   // short classes), the pieces' write pass.
   template <SsKind K, class T> void main_split(const void* in0, const void* in1, void* out, int g) const {
-    Bins bs = b;
-    bs.split = true;
+    const Bins& bs = b;
     CK(cudaMemsetAsync(b.ctl + kLists, 0, 2 * sizeof(unsigned)));
     piece_scan_kernel<T><<<1, 1024>>>(bs);
     Ctx<K, T> c{static_cast<const uint4*>(in0), static_cast<const uint4*>(in1), static_cast<uint4*>(out)};
-    lanes_kernel<K, T, 2><<<g, kThreads>>>(c, bs);
+    lanes_kernel<K, T, 2, true><<<g, kThreads>>>(c, bs);
     piece_write_kernel<K, T><<<g, kThreads>>>(c, bs);
   }
 };
