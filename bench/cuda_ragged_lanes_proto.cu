@@ -52,7 +52,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_common.cuh"
-#include "bench/ragged_degrees.h"
+#include "bench/ragged_bench_common.h"
 #include "segred/segred.h"
 #include "src/ops/segment_softmax_tiles.h"
 
@@ -277,23 +277,29 @@ __device__ __forceinline__ void short_segment(const Ctx<K, T>& c, int64_t st, in
   }
 }
 
-// One batch of U rows a thread (rows r0, r0 + RPI, ... below L) into the statistics t: the
-// loads first, then the online updates (Pol::add).
+// One batch of U rows a thread (rows r0, r0 + RPI, ... below L): the loads (in0 to a, in1
+// to b in the backward), issued together.
 template <SsKind K, class T, int U, int RPI>
-__device__ __forceinline__ void add_rows(const Ctx<K, T>& c, int64_t v, int r0, int L,
-                                         typename Ctx<K, T>::Stat (&t)[Ctx<K, T>::NV]) {
-  using C = Ctx<K, T>;
-  using P = typename C::P;
-  constexpr int LPR = C::LPR, NV = C::NV;
-  uint4 a[U], b[U];
+__device__ __forceinline__ void load_rows(const Ctx<K, T>& c, int64_t v, int r0, int L, uint4 (&a)[U], uint4 (&b)[U]) {
+  constexpr int LPR = Ctx<K, T>::LPR;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int r = r0 + u * RPI;
     if (r < L) {
       a[u] = c.in0[v + int64_t(r) * LPR];
-      if constexpr (!P::kFwd) b[u] = c.in1[v + int64_t(r) * LPR];
+      if constexpr (!Ctx<K, T>::P::kFwd) b[u] = c.in1[v + int64_t(r) * LPR];
     }
   }
+}
+
+// The batch into the statistics t (Pol::add).
+template <SsKind K, class T, int U, int RPI>
+__device__ __forceinline__ void add_rows(const Ctx<K, T>& c, int64_t v, int r0, int L,
+                                         typename Ctx<K, T>::Stat (&t)[Ctx<K, T>::NV]) {
+  using P = typename Ctx<K, T>::P;
+  constexpr int NV = Ctx<K, T>::NV;
+  uint4 a[U], b[U];
+  load_rows<K, T, U, RPI>(c, v, r0, L, a, b);
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     if (r0 + u * RPI < L) {
@@ -302,6 +308,26 @@ __device__ __forceinline__ void add_rows(const Ctx<K, T>& c, int64_t v, int r0, 
       if constexpr (!P::kFwd) Lane<T>::unpack(b[u], y);
 #pragma unroll
       for (int k = 0; k < NV; ++k) P::add(t[k], f[k], P::kFwd ? 0.f : y[k]);
+    }
+  }
+}
+
+// A loaded batch's output rows (Pol::apply with the segment's constants pr).
+template <SsKind K, class T, int U, int RPI>
+__device__ __forceinline__ void write_rows(const Ctx<K, T>& c, int64_t v, int r0, int L, const uint4 (&a)[U],
+                                           const uint4 (&b)[U], const typename Ctx<K, T>::P::Prep (&pr)[Ctx<K, T>::NV]) {
+  using P = typename Ctx<K, T>::P;
+  constexpr int LPR = Ctx<K, T>::LPR, NV = Ctx<K, T>::NV;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int r = r0 + u * RPI;
+    if (r < L) {
+      float f[NV], y[NV], o[NV];
+      Lane<T>::unpack(a[u], f);
+      if constexpr (!P::kFwd) Lane<T>::unpack(b[u], y);
+#pragma unroll
+      for (int k = 0; k < NV; ++k) o[k] = P::apply(f[k], P::kFwd ? 0.f : y[k], pr[k]);
+      __stcs(c.out + v + int64_t(r) * LPR, Lane<T>::pack(o));
     }
   }
 }
@@ -368,26 +394,8 @@ __device__ __noinline__ void block_segment(const Ctx<K, T>& c, int64_t st, int L
   for (int k = 0; k < NV; ++k) pr[k] = P::prep(t[k]);
   for (int rb = r0; rb < L; rb += U * RPI) {
     uint4 a[U], b[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int r = rb + u * RPI;
-      if (r < L) {
-        a[u] = c.in0[v + int64_t(r) * LPR];
-        if constexpr (!P::kFwd) b[u] = c.in1[v + int64_t(r) * LPR];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int r = rb + u * RPI;
-      if (r < L) {
-        float f[NV], y[NV], o[NV];
-        Lane<T>::unpack(a[u], f);
-        if constexpr (!P::kFwd) Lane<T>::unpack(b[u], y);
-#pragma unroll
-        for (int k = 0; k < NV; ++k) o[k] = P::apply(f[k], P::kFwd ? 0.f : y[k], pr[k]);
-        __stcs(c.out + v + int64_t(r) * LPR, Lane<T>::pack(o));
-      }
-    }
+    load_rows<K, T, U, RPI>(c, v, rb, L, a, b);
+    write_rows<K, T, U, RPI>(c, v, rb, L, a, b, pr);
   }
 }
 
@@ -474,14 +482,7 @@ __global__ void __launch_bounds__(kThreads) piece_write_kernel(Ctx<K, T> c, Bins
     const int r0 = int(q - p0) * RPI * U + tid / LPR;
     const int64_t v = st * LPR + slot;
     uint4 a[U], bb[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int r = r0 + u * RPI;
-      if (r < L) {
-        a[u] = c.in0[v + int64_t(r) * LPR];
-        if constexpr (!P::kFwd) bb[u] = c.in1[v + int64_t(r) * LPR];
-      }
-    }
+    load_rows<K, T, U, RPI>(c, v, r0, L, a, bb);  // in flight while the partials merge
     typename P::Prep pr[NV];
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
@@ -489,18 +490,7 @@ __global__ void __launch_bounds__(kThreads) piece_write_kernel(Ctx<K, T> c, Bins
       for (unsigned pp = p0 + 1; pp < p1; ++pp) m = P::combine(m, part[(size_t(pp) * LPR + size_t(slot)) * NV + k]);
       pr[k] = P::prep(m);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int r = r0 + u * RPI;
-      if (r < L) {
-        float f[NV], y[NV], o[NV];
-        Lane<T>::unpack(a[u], f);
-        if constexpr (!P::kFwd) Lane<T>::unpack(bb[u], y);
-#pragma unroll
-        for (int k = 0; k < NV; ++k) o[k] = P::apply(f[k], P::kFwd ? 0.f : y[k], pr[k]);
-        __stcs(c.out + v + int64_t(r) * LPR, Lane<T>::pack(o));
-      }
-    }
+    write_rows<K, T, U, RPI>(c, v, r0, L, a, bb, pr);
   }
 }
 
@@ -634,21 +624,6 @@ struct Case {
   const std::vector<int64_t>* deg;
   DType dtype;
 };
-
-const char* dname(DType t) { return t == DType::Float32 ? "float32" : "bfloat16"; }
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double m = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    double u, v;
-    if (a.dtype() == DType::Float32) u = a.ptr<float>()[i], v = b.ptr<float>()[i];
-    else u = double(to_float(a.ptr<bfloat16_t>()[i])), v = double(to_float(b.ptr<bfloat16_t>()[i]));
-    if (std::isnan(u) && std::isnan(v)) continue;
-    const double d = std::fabs(u - v);
-    m = std::isnan(d) ? INFINITY : std::max(m, d);
-  }
-  return m;
-}
 
 template <class T>
 void run_case(const Case& cs, int reps, bool& all_ok) {

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "bench/cuda_bench_common.cuh"
-#include "bench/ragged_degrees.h"
+#include "bench/ragged_bench_common.h"
 #include "segred/segred.h"
 #include "src/core/segment_softmax_geometry.h"
 
@@ -50,23 +50,6 @@ struct Case {
   int64_t heads;
   DType dtype;
 };
-
-const char* dname(DType t) { return t == DType::Float32 ? "float32" : "bfloat16"; }
-
-// max |a - b| of two host tensors of one float dtype, NaN on one side only = inf.
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  double m = 0;
-  const int64_t n = a.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    double u, v;
-    if (a.dtype() == DType::Float32) u = a.ptr<float>()[i], v = b.ptr<float>()[i];
-    else u = double(to_float(a.ptr<bfloat16_t>()[i])), v = double(to_float(b.ptr<bfloat16_t>()[i]));
-    if (std::isnan(u) && std::isnan(v)) continue;
-    const double d = std::fabs(u - v);
-    m = std::isnan(d) ? INFINITY : std::max(m, d);
-  }
-  return m;
-}
 
 }  // namespace
 

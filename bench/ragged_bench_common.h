@@ -1,11 +1,14 @@
-// Segment lengths of the ragged softmax benchmarks (bench/cuda_segment_softmax_bench.cu,
-// bench/cuda_ragged_lanes_proto.cu): GAT-like node in-degrees from a power law.
+// What the ragged softmax benchmarks share (bench/cuda_segment_softmax_bench.cu,
+// bench/cuda_ragged_lanes_proto.cu): GAT-like node in-degrees from a power law, and the
+// comparison of a result with the CPU backend's.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "segred/segred.h"
 
 // Node in-degrees summing to exactly E (bench/cuda_segment_softmax_bench.py's
 // power_law_degrees): floor(x_m (1 + Lomax(a))) with a = alpha - 1, x_m set for the
@@ -28,4 +31,23 @@ inline std::vector<int64_t> power_law_degrees(int64_t E, uint64_t seed, double a
   deg.back() -= sum - E;
   std::shuffle(deg.begin(), deg.end(), rng);
   return deg;
+}
+
+inline const char* dname(segred::DType t) { return t == segred::DType::Float32 ? "float32" : "bfloat16"; }
+
+// max |a - b| of two host tensors of one float dtype, NaN on one side only = inf.
+inline double max_abs_diff(const segred::Tensor& a, const segred::Tensor& b) {
+  double m = 0;
+  const int64_t n = a.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    double u, v;
+    if (a.dtype() == segred::DType::Float32) u = a.ptr<float>()[i], v = b.ptr<float>()[i];
+    else
+      u = double(segred::to_float(a.ptr<segred::bfloat16_t>()[i])),
+      v = double(segred::to_float(b.ptr<segred::bfloat16_t>()[i]));
+    if (std::isnan(u) && std::isnan(v)) continue;
+    const double d = std::fabs(u - v);
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
 }
