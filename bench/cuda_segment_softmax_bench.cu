@@ -12,7 +12,9 @@
 // uniform in [-4, 4), g in [-1.5, 1.5)): GAT power-law degrees (Pareto tail exponent 2.5,
 // mean ~10, clipped at 100k, 2% isolated nodes) over E = 10M edges with 8 heads (float32,
 // bfloat16), 1 head and 64 heads (float32); one segment of 2^26 beside 2^20 of one (1 head);
-// uniform 10 edges a node, 8 heads.
+// uniform 10 edges a node, 8 heads; (session 44) uniform 40 and 200, 8 heads float32. Where
+// the plan takes the lane-group path, the tile path is timed too (two "case" rows: the path
+// column tells them apart).
 // Every (case, dtype) is validated before it is timed: forward and backward against the
 // CPU backend on the same inputs (segred's float64-reference-tested CPU kernels), max abs
 // error against a tolerance of the output type.
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> deg_big(size_t(ones + 1), 1);
   deg_big[size_t(ones / 2)] = E >= 10000000 ? int64_t(1) << 26 : int64_t(1) << 22;
   const std::vector<int64_t> deg_uni(size_t(E / 10), 10);
+  const std::vector<int64_t> deg_uni40(size_t(E / 40), 40), deg_uni200(size_t(E / 200), 200);
   const std::vector<Case> cases = {
       {"GAT power-law, 8 heads", &deg_gat, 8, DType::Float32},
       {"GAT power-law, 8 heads", &deg_gat, 8, DType::BFloat16},
@@ -98,6 +101,10 @@ int main(int argc, char** argv) {
       {"uniform 10 per node, 8 heads", &deg_uni, 8, DType::Float32},
       {"1 x 2^26 + 1M x 1, 1 head", &deg_big, 1, DType::BFloat16},
       {"uniform 10 per node, 8 heads", &deg_uni, 8, DType::BFloat16},
+      // session 44: one short class of the lane-group path alone (40 rows), and segments past
+      // its registers (200 rows: one piece each), float32 8 heads
+      {"uniform 40 per node, 8 heads", &deg_uni40, 8, DType::Float32},
+      {"uniform 200 per node, 8 heads", &deg_uni200, 8, DType::Float32},
   };
   const DeviceRef gpu{Device::CUDA, 0}, cpu{Device::CPU, 0};
   bool all_ok = true;
@@ -123,6 +130,15 @@ int main(int argc, char** argv) {
     seg.unsafe = true;
     auto fwd = [&] { segment_softmax_out(SegmentSoftmaxOp::Softmax, x, seg, y); };
     auto bwd = [&] { segment_softmax_backward_out(SegmentSoftmaxOp::Softmax, g, y, y, seg, gi); };
+    // The plan's path; where that is the lane-group path, the tile path too (the test hook), each
+    // validated before it is timed. Outputs NaN-filled first: a row a path leaves unwritten fails.
+    const SegmentSoftmaxProblem prob{Backend::CUDA, Direction::Fwd, SegmentSoftmaxOp::Softmax, c.dtype, 1, rows,
+                                     c.heads, S};
+    const bool lanes = detail::segment_softmax_lanes(prob).lpr > 0;
+    for (int force_tiles = 0; force_tiles <= (lanes ? 1 : 0); ++force_tiles) {
+    detail::segment_softmax_force_tiles() = force_tiles == 1;
+    CK(cudaMemset(y.data(), 0xff, size_t(n) * size_t(dtype_size(c.dtype))));
+    CK(cudaMemset(gi.data(), 0xff, size_t(n) * size_t(dtype_size(c.dtype))));
     std::string path[2];
     {
       TraceSession t;
@@ -172,6 +188,8 @@ int main(int argc, char** argv) {
                   path[d].c_str(), ms[d], 100.0 * floor_ms / ms[d], copy_bw / 1e9);
     }
     std::fflush(stdout);
+    }
+    detail::segment_softmax_force_tiles() = false;
   }
   return all_ok ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 // What the ragged softmax benchmarks share (bench/cuda_segment_softmax_bench.cu,
-// bench/cuda_ragged_lanes_proto.cu): GAT-like node in-degrees from a power law, and the
+// session 43 prototype, now src/cuda/segment_softmax_lanes.cuh): GAT-like node in-degrees from a power law, and the
 // comparison of a result with the CPU backend's.
 #pragma once
 #include <algorithm>

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "cli/cases.h"
@@ -25,6 +26,28 @@ TensorView on(DeviceRef dev, const TensorView& host, Tensor& keep) {
   return keep.view();
 }
 Tensor to_host(DeviceRef dev, const Tensor& t) { return dev.type == Device::CPU ? t : Tensor::copy_to(t, DeviceRef{}); }
+
+// The shared matrix's inputs (cli/cases.cpp) and one of the ragged softmax's own: rows of 16
+// bytes (4 heads: float32 takes the CUDA lane-group path, src/cuda/segment_softmax_lanes.cuh),
+// batched, a segment in each short class and at its edges, two past the longest held in
+// registers (cut into pieces), empty segments, one -inf.
+const std::vector<Input>& ss_inputs() {
+  static const std::vector<Input> all = [] {
+    std::vector<Input> v = inputs();
+    Input in;
+    in.name = "heads4_lane_classes_and_pieces";
+    in.outer = 2;
+    in.inner = 4;
+    in.lengths = {0, 1, 3, 4, 5, 9, 17, 33, 65, 129, 300, 2, 397, 0, 7, 1, 1, 64, 65, 8, 16, 2, 3, 4};
+    in.L = 568;  // each row's lengths sum to it
+    in.data.resize(size_t(in.outer * in.L * in.inner));
+    for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = 4.0 * std::sin(0.37 * double(i)) + double(i % 5) - 2.0;
+    in.data[10] = -std::numeric_limits<double>::infinity();
+    v.push_back(in);
+    return v;
+  }();
+  return all;
+}
 
 bool has_paths(DeviceRef dev) {
   return has_paths_for(dev, {"segment_softmax", "segment_log_softmax", "segment_logsumexp"});
@@ -100,12 +123,12 @@ Row run_one(const Input& in, const std::string& kind, bool offsets, double g0, c
 }
 }  // namespace
 
-size_t segment_softmax_case_count() { return inputs().size() * 3 * 2 * 2 * 2; }
+size_t segment_softmax_case_count() { return ss_inputs().size() * 3 * 2 * 2 * 2; }
 size_t segment_softmax_case_count(DeviceRef dev) { return has_paths(dev) ? segment_softmax_case_count() : 0; }
 
 void run_segment_softmax_cases(DeviceRef dev, const std::function<void(Row)>& record) {
   if (!has_paths(dev)) return;
-  for (const Input& in : inputs())
+  for (const Input& in : ss_inputs())
     for (const char* kind : kKinds)
       for (bool offsets : {false, true}) {
         if (in.lead > 0 && !offsets) continue;

@@ -116,6 +116,13 @@ const std::vector<PathInfo> kPaths = {
     {"segment_logsumexp.fwd.cuda.tiles.i64", "segment_logsumexp", D::Fwd, B::CUDA, 64},
     {"segment_logsumexp.bwd.cuda.tiles.i32", "segment_logsumexp", D::Bwd, B::CUDA, 32},
     {"segment_logsumexp.bwd.cuda.tiles.i64", "segment_logsumexp", D::Bwd, B::CUDA, 64},
+    // ragged softmax / log_softmax, CUDA, rows of 16 bytes x 2^k (session 44): segments binned
+    // by length, short ones whole in the registers of a lane group, long ones in pieces
+    // (src/cuda/segment_softmax_lanes.cuh); 64-bit element offsets, one variant.
+    {"segment_softmax.fwd.cuda.lanes.i64", "segment_softmax", D::Fwd, B::CUDA, 64},
+    {"segment_softmax.bwd.cuda.lanes.i64", "segment_softmax", D::Bwd, B::CUDA, 64},
+    {"segment_log_softmax.fwd.cuda.lanes.i64", "segment_log_softmax", D::Fwd, B::CUDA, 64},
+    {"segment_log_softmax.bwd.cuda.lanes.i64", "segment_log_softmax", D::Bwd, B::CUDA, 64},
 #endif
 };
 }  // namespace

@@ -29,6 +29,17 @@ std::string_view to_string(SegmentSoftmaxOp op) {
 // CPU: one path per op and direction, 64-bit.
 Plan plan_segment_softmax(const SegmentSoftmaxProblem& p) {
   if (p.backend == Backend::CUDA) {
+    // The lane-group path where it applies (its grid: the resident blocks of every SM, known
+    // at launch; the plan records the block and, as chunk, the longest segment held in registers).
+    const detail::SegmentSoftmaxLanes lg = detail::segment_softmax_lanes(p);
+    if (lg.lpr > 0) {
+      Plan plan;
+      plan.path = detail::segment_softmax_lanes_path(p.op, p.direction);
+      plan.index_bits = 64;
+      plan.block = {detail::kSslThreads, 1, 1};
+      plan.chunk = lg.max_short_rows;
+      return plan;
+    }
     const detail::SegmentSoftmaxGeometry g = detail::segment_softmax_geometry(p);
     Plan plan;
     plan.path = detail::segment_softmax_cuda_path(p.op, p.direction, g.index_bits);

@@ -208,7 +208,66 @@ inline SegmentSoftmaxGeometry segment_softmax_geometry(const SegmentSoftmaxProbl
   return g;
 }
 
+// ---- the lane-group path (src/cuda/segment_softmax_lanes.cuh, session 44) ----------------
+//
+// Segments binned by length on the device; a short segment (L <= max_short_rows) belongs WHOLE
+// to one lane group: LPR lanes hold a row (16 bytes a lane), PAR such slots share a segment
+// (rows p, p + PAR, ...), at most kSslRowsPerLane rows a lane, all in registers: two passes
+// over the registers (max, then the sum of exp against it) and the output, no shared memory,
+// no per-row bookkeeping. Longer segments are cut into pieces of piece_rows rows: a block
+// computes a piece's statistic, a merge kernel combines each segment's pieces in piece order,
+// and a write kernel streams the pieces' rows. No segment waits on another, and the arithmetic
+// of a segment does not depend on which warp or block takes it (the atomics that hand out work
+// change no bit).
+//
+// Applies where a row is 16 bytes times a power of two up to 512 (LPR = row bytes / 16 in
+// {1, ..., 32}: float32 heads 4, 8, ..., 128; 16-bit types 8, 16, ..., 256), softmax and
+// log_softmax (logsumexp keeps the tile path), float32 and the 16-bit types (float64 keeps the
+// tile path), and the row and segment counts fit the kernels' 32-bit counters (positions and
+// merge segments below 2^31; element offsets are 64-bit throughout: one path, i64). Elsewhere,
+// and under the test hook below, the tile path.
+constexpr int kSslThreads = 256;
+constexpr int kSslRowsPerLane = 8;  // registers a lane holds: 8 rows of 16 bytes
+constexpr int kSslPieceU = 8;       // rows a thread loads in one batch of a piece
+
+// Test / benchmark hook: plan every CUDA ragged softmax call on the tile path.
+inline std::atomic<bool>& segment_softmax_force_tiles() {
+  static std::atomic<bool> force{false};
+  return force;
+}
+
+struct SegmentSoftmaxLanes {
+  int lpr = 0;                // lanes a row; 0: the path does not apply
+  int max_short_rows = 0;     // kSslRowsPerLane * 32 / lpr: longer segments are cut into pieces
+  int64_t piece_rows = 0;     // kSslThreads / lpr * kSslPieceU
+};
+
+inline SegmentSoftmaxLanes segment_softmax_lanes(const SegmentSoftmaxProblem& p) {
+  SegmentSoftmaxLanes g;
+  if (segment_softmax_force_tiles() || p.op == SegmentSoftmaxOp::LogSumExp) return g;
+  if (p.dtype != DType::Float32 && p.dtype != DType::Float16 && p.dtype != DType::BFloat16) return g;
+  const int64_t outer = std::max<int64_t>(p.outer, 0), L = std::max<int64_t>(p.axis_len, 0);
+  const int64_t F = std::max<int64_t>(p.inner, 1), S = std::max<int64_t>(p.num_segments, 0);
+  const int64_t row_bytes = F * dtype_size(p.dtype);
+  if (row_bytes % 16 != 0 || row_bytes > 512) return g;
+  const int64_t lpr = row_bytes / 16;
+  if ((lpr & (lpr - 1)) != 0) return g;
+  if (outer * L >= kSsIndex32Limit || outer * (S + 1) + 1 >= kSsIndex32Limit) return g;
+  g.lpr = int(lpr);
+  g.max_short_rows = kSslRowsPerLane * 32 / g.lpr;
+  g.piece_rows = int64_t(kSslThreads / g.lpr) * kSslPieceU;
+  return g;
+}
+
 // The registered path a call runs (src/core/registry.cpp).
+inline std::string_view segment_softmax_lanes_path(SegmentSoftmaxOp op, Direction d) {
+  static constexpr std::string_view names[2][2] = {
+      {"segment_softmax.fwd.cuda.lanes.i64", "segment_softmax.bwd.cuda.lanes.i64"},
+      {"segment_log_softmax.fwd.cuda.lanes.i64", "segment_log_softmax.bwd.cuda.lanes.i64"},
+  };
+  return names[op == SegmentSoftmaxOp::LogSoftmax ? 1 : 0][d == Direction::Bwd ? 1 : 0];
+}
+
 inline std::string_view segment_softmax_cuda_path(SegmentSoftmaxOp op, Direction d, int index_bits) {
   static constexpr std::string_view names[3][2][2] = {
       {{"segment_softmax.fwd.cuda.tiles.i32", "segment_softmax.fwd.cuda.tiles.i64"},

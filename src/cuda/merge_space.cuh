@@ -23,12 +23,15 @@ bool is_aligned16(const void* p);
 
 // Arena bytes prepare_merge_space takes for c.geo (segs, positions, workers = tiles, items).
 template <class Idx>
-size_t merge_space_bytes(const detail::SegmentLayout& lay, const Segments& seg, const detail::SegmentGeometry& geo);
+size_t merge_space_bytes(const detail::SegmentLayout& lay, const Segments& seg, const detail::SegmentGeometry& geo,
+                         bool tiles = true);
 
 // Queues prepare on c.stream: fills c.q, c.tile_i, c.tile_j, c.long_list and
 // c.long_count ([0] the fix-up counter, 0; [1] 1 when a crossing segment may span
 // more than kShortFix tiles) from c.arena; records the launch under c.path.
+// tiles = false: q only (the ragged softmax's lane-group path needs no partition).
 template <class Idx>
-void prepare_merge_space(const char* op, const detail::SegmentLayout& lay, const Segments& seg, LaunchCtx& c);
+void prepare_merge_space(const char* op, const detail::SegmentLayout& lay, const Segments& seg, LaunchCtx& c,
+                         bool tiles = true);
 
 }  // namespace segred::cuda

@@ -894,21 +894,25 @@ const void* contiguous_input(const char* op, const char* name, const TensorView&
 bool is_aligned16(const void* p) { return aligned16(p); }
 
 template <class Idx>
-size_t merge_space_bytes(const detail::SegmentLayout& lay, const Segments& seg, const detail::SegmentGeometry& geo) {
-  return prepare_bytes<Idx>(geo, scan_target<Idx>(lay, seg), true);
+size_t merge_space_bytes(const detail::SegmentLayout& lay, const Segments& seg, const detail::SegmentGeometry& geo,
+                         bool tiles) {
+  return prepare_bytes<Idx>(geo, scan_target<Idx>(lay, seg), tiles);
 }
 
 template <class Idx>
-void prepare_merge_space(const char* op, const detail::SegmentLayout& lay, const Segments& seg, LaunchCtx& c) {
-  run_prepare<Idx>(op, lay, seg, true, scan_target<Idx>(lay, seg), c);
+void prepare_merge_space(const char* op, const detail::SegmentLayout& lay, const Segments& seg, LaunchCtx& c,
+                         bool tiles) {
+  run_prepare<Idx>(op, lay, seg, tiles, scan_target<Idx>(lay, seg), c);
 }
 
 template size_t merge_space_bytes<int32_t>(const detail::SegmentLayout&, const Segments&,
-                                           const detail::SegmentGeometry&);
+                                           const detail::SegmentGeometry&, bool);
 template size_t merge_space_bytes<int64_t>(const detail::SegmentLayout&, const Segments&,
-                                           const detail::SegmentGeometry&);
-template void prepare_merge_space<int32_t>(const char*, const detail::SegmentLayout&, const Segments&, LaunchCtx&);
-template void prepare_merge_space<int64_t>(const char*, const detail::SegmentLayout&, const Segments&, LaunchCtx&);
+                                           const detail::SegmentGeometry&, bool);
+template void prepare_merge_space<int32_t>(const char*, const detail::SegmentLayout&, const Segments&, LaunchCtx&,
+                                           bool);
+template void prepare_merge_space<int64_t>(const char*, const detail::SegmentLayout&, const Segments&, LaunchCtx&,
+                                           bool);
 
 // ---- test probe (src/cuda/merge_space_probe.h)
 

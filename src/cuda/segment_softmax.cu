@@ -57,6 +57,9 @@ void run(const SsArgs& a, DType dt, int bits) {
   }
 }
 
+// The plan's path is the lane-group path (src/cuda/segment_softmax_lanes.cuh).
+bool lanes_path(const Plan& plan) { return plan.path.find(".cuda.lanes.") != std::string_view::npos; }
+
 SegmentSoftmaxProblem problem_of(SegmentSoftmaxOp op, Direction d, const detail::SegmentLayout& lay, DType dt) {
   return {Backend::CUDA, d, op, dt, lay.outer, lay.L, lay.inner, lay.S};
 }
@@ -96,6 +99,7 @@ void segment_softmax_fwd(const Plan& plan, SegmentSoftmaxOp op, const detail::Se
   if (out.numel() == 0) return;
   c.a.in0 = c.input("data", data);
   c.a.aligned = is_aligned16(c.a.in0) && is_aligned16(c.a.out);
+  c.a.lanes = lanes_path(plan);
   run(c.a, data.dtype, plan.index_bits);
 }
 
@@ -113,6 +117,7 @@ void segment_softmax_bwd(const Plan& plan, SegmentSoftmaxOp op, const detail::Se
     c.a.in1 = c.input("output", output);
   }
   c.a.aligned = is_aligned16(c.a.in0) && is_aligned16(c.a.out) && (!c.a.in1 || is_aligned16(c.a.in1));
+  c.a.lanes = lanes_path(plan);
   run(c.a, grad_input.dtype, plan.index_bits);
 }
 

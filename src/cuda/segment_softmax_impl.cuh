@@ -26,6 +26,7 @@
 #include "src/core/segment_softmax_geometry.h"
 #include "src/cuda/common.cuh"
 #include "src/cuda/merge_space.cuh"
+#include "src/cuda/segment_softmax_lanes.cuh"
 #include "src/ops/segment_softmax_tiles.h"
 
 namespace segred::cuda {
@@ -36,6 +37,7 @@ struct SsArgs {
   const char* op = "";
   SegmentSoftmaxProblem problem;
   bool aligned = true;  // every staged input and the output are 16-byte aligned
+  bool lanes = false;   // the plan chose the lane-group path (segment_softmax_lanes.cuh)
   const detail::SegmentLayout* lay = nullptr;
   const Segments* seg = nullptr;
   Scratch* scratch = nullptr;
@@ -211,6 +213,9 @@ void run_kind(const SsArgs& a) {
   using P = tiles::Pol<K, A>;
   using Stat = typename P::Stat;
   constexpr int VMAX = sizeof(D) == 8 ? 2 : 4;
+  if constexpr (K != SsKind::LseFwd && K != SsKind::LseBwd && sizeof(D) != 8) {
+    if (a.lanes) return ssl::run<K, D>(a);
+  }
   const SegmentSoftmaxProblem& pr = a.problem;
   const char* path = detail::segment_softmax_cuda_path(pr.op, pr.direction, sizeof(Idx) * 8).data();
   // Geometry and kernel: a smaller block (and tile) when occupancy reports none.

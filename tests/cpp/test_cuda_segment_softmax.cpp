@@ -149,25 +149,43 @@ Tensor run_api(SsKind k, const Shapes& sh, const Segments& seg, const Inputs& in
   return out;
 }
 
-std::string path_name(SsKind k, int bits) {
-  return std::string(to_string(op_of(k))) + (is_bwd(k) ? ".bwd" : ".fwd") + ".cuda.tiles.i" + std::to_string(bits);
+SegmentSoftmaxProblem problem_of(const Case& c, SsKind k, DType t) {
+  return {Backend::CUDA, is_bwd(k) ? Direction::Bwd : Direction::Fwd, op_of(k), t, c.outer, c.L, c.F, c.S};
 }
 
-struct Force64 {  // resets even when an assertion returns early
-  explicit Force64(bool f) { detail::segment_softmax_force_index64() = f; }
-  ~Force64() { detail::segment_softmax_force_index64() = false; }
+// The test hooks of the plan: 64-bit tile kernels on small inputs; the tile path where the
+// lane-group path applies. Resets even when an assertion returns early.
+struct ForcePaths {
+  ForcePaths(bool i64, bool tiles) {
+    detail::segment_softmax_force_index64() = i64;
+    detail::segment_softmax_force_tiles() = tiles;
+  }
+  ~ForcePaths() {
+    detail::segment_softmax_force_index64() = false;
+    detail::segment_softmax_force_tiles() = false;
+  }
 };
 
-// One case, one kind, one dtype: CUDA (poisoned output, trace-asserted path)
-// against the reference and the CPU backend, and bitwise reproducible.
+// The lane-group path applies to the case (without the hooks).
+bool lanes_apply(const Case& c, SsKind k, DType t) { return detail::segment_softmax_lanes(problem_of(c, k, t)).lpr > 0; }
+
+// One case, one kind, one dtype: CUDA (poisoned output, trace-asserted path: the plan's,
+// which the test recomputes) against the reference and the CPU backend, and bitwise
+// reproducible. force64: the tile path's 64-bit kernels; tiles: the tile path where the
+// lane-group path applies.
 void check(const Case& c, SsKind k, DType t, bool offsets, bool force64, std::mt19937_64& rng, bool specials,
-           bool dense = false) {
+           bool dense = false, bool tiles = false) {
+  const ForcePaths force(force64, tiles || force64);
+  const std::string want = std::string(plan_segment_softmax(problem_of(c, k, t)).path);
   SCOPED_TRACE(::testing::Message() << kind_name(k) << " " << dtype_name(t) << " " << c.name
-                                    << (offsets ? " offsets(int32)" : " lengths(int64)") << (force64 ? " i64" : ""));
+                                    << (offsets ? " offsets(int32)" : " lengths(int64)") << " " << want);
+  if (!force64) {
+    const char* tag = tiles ? ".cuda.tiles.i32" : ".cuda.lanes.i64";
+    if (tiles || lanes_apply(c, k, t)) EXPECT_NE(want.find(tag), std::string::npos) << "the plan chose " << want;
+  }
   const Inputs in = make_inputs(k, c, rng, specials, [t](double v) { return round_to(t, v); }, dense);
   const Shapes sh = shapes_of(c, offsets);
   const Meta m = metadata(c, offsets);
-  const Force64 force(force64);
   Tensor out;
   {
     TraceSession trace;
@@ -179,7 +197,7 @@ void check(const Case& c, SsKind k, DType t, bool offsets, bool force64, std::mt
     }
     ASSERT_FALSE(recs.empty()) << "no CUDA launch";
     for (const auto& r : recs) {
-      EXPECT_EQ(r.path, path_name(k, force64 ? 64 : 32));
+      EXPECT_EQ(r.path, want);
       EXPECT_GT(r.grid[0], 0);
       EXPECT_GT(r.block[0], 0);
       reached().insert(r.path);
@@ -194,9 +212,13 @@ void check(const Case& c, SsKind k, DType t, bool offsets, bool force64, std::mt
   EXPECT_TRUE(same_bits(out, again)) << "not bitwise reproducible";
 }
 
+// Every kind; where the lane-group path applies, on it and on the tile path.
 void check_kinds(const Case& c, DType t, bool offsets, bool force64, std::mt19937_64& rng, bool specials,
                  bool dense = false) {
-  for (SsKind k : kKinds) check(c, k, t, offsets, force64, rng, specials, dense);
+  for (SsKind k : kKinds) {
+    check(c, k, t, offsets, force64, rng, specials, dense);
+    if (!force64 && lanes_apply(c, k, t)) check(c, k, t, offsets, false, rng, specials, dense, true);
+  }
 }
 
 // Typed (not value-parameterised) so the suite registers, and runs, in file
@@ -383,6 +405,7 @@ TEST(CudaSegmentSoftmaxLayouts, BenchmarkGeometryCaps) {
       const bool offsets = n % 2 == 1;
       const Case c = make_case(rng, 1, 400, F, n % 3 == 0 ? "long" : "mixed", offsets, 20000);
       if (cap[0] > 0) {
+        const ForcePaths tiles(false, true);  // the caps are the tile path's
         const Shapes sh = shapes_of(c, offsets);
         const Meta m = metadata(c, offsets);
         const Inputs in = make_inputs(SsKind::SoftmaxFwd, c, rng, false, [](double v) { return v; });
@@ -397,6 +420,97 @@ TEST(CudaSegmentSoftmaxLayouts, BenchmarkGeometryCaps) {
       for (DType t : {DType::Float32, DType::BFloat16}) check_kinds(c, t, offsets, false, rng, n % 2 == 0);
       ++n;
     }
+}
+
+// ---- the lane-group path (src/cuda/segment_softmax_lanes.cuh) -----------------------------
+//
+// Every lanes-a-row instantiation (rows of 16 .. 512 bytes), every short class at both of its
+// edges (4 << c rows and one more: the next class), the last short length and one more (the
+// first cut into pieces), piece edges (piece_rows - 1 .. 2 piece_rows + 1), empty segments,
+// ghost rows before, between (batched) and after the segments, dense specials per (segment,
+// head); on the lane-group path and the tile path (check_kinds), every kind.
+Case lanes_edges_case(std::mt19937_64& rng, int64_t outer, int64_t F, DType t, bool ghosts) {
+  const SegmentSoftmaxProblem prob{Backend::CUDA, Direction::Fwd, SegmentSoftmaxOp::Softmax, t, 1, 1, F, 1};
+  const detail::SegmentSoftmaxLanes lg = detail::segment_softmax_lanes(prob);
+  EXPECT_GT(lg.lpr, 0) << "heads " << F << " " << dtype_name(t);
+  std::vector<int64_t> lens = {0, 1, 2, 3};
+  for (int64_t e = 4; e <= lg.max_short_rows; e *= 2) lens.insert(lens.end(), {e, e + 1});
+  const int64_t P = lg.piece_rows, M = lg.max_short_rows;
+  lens.insert(lens.end(), {M - 1, M, M + 1, P - 1, P, P + 1, 2 * P + 1, 0, 1});
+  std::shuffle(lens.begin(), lens.end(), rng);
+  Case c;
+  c.F = F;
+  c.outer = outer;
+  c.S = int64_t(lens.size());
+  c.name = "lane-group edges, heads " + std::to_string(F) + (ghosts ? " + ghosts" : "");
+  int64_t total = 0;
+  for (int64_t v : lens) total += v;
+  c.L = total + (ghosts ? 7 : 0);
+  for (int64_t r = 0; r < outer; ++r) {
+    int64_t o = ghosts ? 3 + r : 0;  // ghost rows before and after each batch row's segments
+    c.off.push_back(o);
+    for (size_t i = 0; i < lens.size(); ++i) c.off.push_back(o += lens[(i + size_t(r)) % lens.size()]);
+  }
+  return c;
+}
+
+TEST(CudaSegmentSoftmaxLanes, EveryRowWidthClassAndPieceEdge) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(44);
+  const struct {
+    DType t;
+    int64_t F;
+  } rows[] = {{DType::Float32, 4},  {DType::Float32, 8},  {DType::Float32, 16},  {DType::Float32, 32},
+              {DType::Float32, 64}, {DType::Float32, 128}, {DType::BFloat16, 8}, {DType::Float16, 16},
+              {DType::BFloat16, 64}, {DType::Float16, 256}};
+  int n = 0;
+  for (const auto& r : rows) {
+    const bool ghosts = n % 2 == 1;
+    const Case c = lanes_edges_case(rng, 1 + n % 3, r.F, r.t, ghosts);
+    check_kinds(c, r.t, ghosts, false, rng, false, true);
+    ++n;
+  }
+}
+
+// Inputs and output 16 bytes off alignment (views one element into a larger buffer): the path
+// copies them to aligned scratch (and the output back); the same bits as aligned tensors.
+TEST(CudaSegmentSoftmaxLanes, UnalignedViewsSameBits) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(45);
+  std::uniform_real_distribution<double> u(-3, 3);
+  const int64_t L = 700, F = 8;
+  std::vector<double> v(size_t((L + 1) * F));
+  for (auto& e : v) e = u(rng);
+  // x: elements 1 .. L F of big (4 bytes past a 16-byte boundary) and an aligned copy.
+  const Tensor big = Tensor::copy_to(host_tensor(v, {L + 1, F}, DType::Float32), kGpu);
+  const TensorView xv(static_cast<float*>(big.data()) + 1, DType::Float32, {L, F}, {F, 1}, kGpu);
+  const Tensor x = Tensor::copy_to(host_tensor(std::vector<double>(v.begin() + 1, v.begin() + 1 + L * F), {L, F},
+                                               DType::Float32), kGpu);
+  Tensor lh = Tensor::empty({5}, DType::Int64);
+  const int64_t lens[] = {3, 0, 200, 400, 97};
+  std::copy(lens, lens + 5, lh.ptr<int64_t>());
+  const Tensor ld = Tensor::copy_to(lh, kGpu);
+  Segments seg;
+  seg.lengths = ld.view();
+  Tensor obig = Tensor::empty({L + 1, F}, DType::Float32, kGpu);
+  const TensorView ov(static_cast<float*>(obig.data()) + 1, DType::Float32, {L, F}, {F, 1}, kGpu);
+  for (SegmentSoftmaxOp op : {SegmentSoftmaxOp::Softmax, SegmentSoftmaxOp::LogSoftmax}) {
+    SCOPED_TRACE(to_string(op));
+    {
+      TraceSession t;
+      segment_softmax_out(op, xv, seg, ov);  // unaligned input and output
+      ASSERT_FALSE(t.records().empty());
+      EXPECT_NE(t.records().back().path.find(".cuda.lanes."), std::string::npos) << t.records().back().path;
+    }
+    const Tensor y = Tensor::empty({L, F}, DType::Float32, kGpu);
+    segment_softmax_out(op, x, seg, y);
+    EXPECT_EQ(values(ov), values(y)) << "forward";
+    // Backward: grad unaligned (xv), output aligned (y), grad_input unaligned (ov).
+    const Tensor gi = Tensor::empty({L, F}, DType::Float32, kGpu);
+    segment_softmax_backward_out(op, x, y, y, seg, gi);
+    segment_softmax_backward_out(op, xv, y, y, seg, ov);
+    EXPECT_EQ(values(ov), values(gi)) << "backward";
+  }
 }
 
 // ---- metadata on the device: validation and unsafe clamping
@@ -573,7 +687,10 @@ void expect_rows(const Tensor& out, int64_t nrows, int64_t F, const std::vector<
     EXPECT_EQ(got[k], want[k]) << "element " << at[k] << " (row " << at[k] / F << " of " << nrows << ")";
 }
 
-void huge_forward_and_backward(int64_t F) {
+// tiles: the tile path's i64 kernels for softmax / log_softmax too (the test hook; F = 8
+// float16 is a 16-byte row: the lane-group path otherwise). logsumexp: the tile path always.
+void huge_forward_and_backward(int64_t F, bool tiles) {
+  const ForcePaths force(false, tiles);
   const HugeLayout hl(F);
   const int64_t n = hl.L * F, L = hl.L;
   ASSERT_GT(n, int64_t(UINT32_MAX));
@@ -582,11 +699,13 @@ void huge_forward_and_backward(int64_t F) {
   std::printf("[ boundary ] %lld rows x %lld heads float16 (%s per tensor)\n", (long long)L, (long long)F,
               cli::gib(n * 2).c_str());
   const double ln2 = std::log(2.0);
+  const bool lanes = !tiles && F * 2 % 16 == 0;
+  auto kernels = [&](SegmentSoftmaxOp op) { return lanes && op != SegmentSoftmaxOp::LogSumExp ? ".cuda.lanes.i64" : ".cuda.tiles.i64"; };
   auto fwd = [&](SegmentSoftmaxOp op, const Tensor& x, const TensorView& out) {
-    expect_i64_path(std::string(to_string(op)) + ".fwd.cuda.tiles.i64", [&] { segment_softmax_out(op, x, hl.seg, out); });
+    expect_i64_path(std::string(to_string(op)) + ".fwd" + kernels(op), [&] { segment_softmax_out(op, x, hl.seg, out); });
   };
   auto bwd = [&](SegmentSoftmaxOp op, const Tensor& g, const Tensor& y, const Tensor& x, const TensorView& gi) {
-    expect_i64_path(std::string(to_string(op)) + ".bwd.cuda.tiles.i64",
+    expect_i64_path(std::string(to_string(op)) + ".bwd" + kernels(op),
                     [&] { segment_softmax_backward_out(op, g, y, x, hl.seg, gi); });
   };
   {
@@ -628,12 +747,19 @@ void huge_forward_and_backward(int64_t F) {
 
 TEST(CudaSegmentSoftmaxHuge, Heads1_2p32p64Rows_Fp16_EveryKind) {
   SKIP_WITHOUT_GPU();
-  huge_forward_and_backward(1);
+  huge_forward_and_backward(1, false);
 }
 
 TEST(CudaSegmentSoftmaxHuge, Heads8_2p32p64Elements_Fp16_EveryKind) {
   SKIP_WITHOUT_GPU();
-  huge_forward_and_backward(8);
+  huge_forward_and_backward(8, true);
+}
+
+// The same past UINT32_MAX elements on the lane-group path (16-byte rows: the middle segment of
+// ~5.4e8 rows is ~262k pieces merged by one warp a slot; the two short ones held in registers).
+TEST(CudaSegmentSoftmaxHuge, Heads8_2p32p64Elements_Fp16_LaneGroups) {
+  SKIP_WITHOUT_GPU();
+  huge_forward_and_backward(8, false);
 }
 
 // Every CUDA path of the family reached by this file (the file's last test, so it runs last).
@@ -641,7 +767,8 @@ TEST(CudaSegmentSoftmaxTrace, ZzEveryCudaPathReached) {
   SKIP_WITHOUT_GPU();
   if (reached().empty()) GTEST_SKIP() << "the path tests did not run in this invocation";
   for (const PathInfo& info : paths())
-    if (info.backend == Backend::CUDA && std::string(info.name).find(".cuda.tiles.") != std::string::npos)
+    if (info.backend == Backend::CUDA && (std::string(info.name).find(".cuda.tiles.") != std::string::npos ||
+                                          std::string(info.name).find(".cuda.lanes.") != std::string::npos))
       EXPECT_TRUE(reached().count(std::string(info.name))) << info.name << " was never reached";
 }
 

@@ -30,8 +30,16 @@ std::string name(SegmentSoftmaxOp op, Direction d, int bits) {
   return std::string(to_string(op)) + (d == Direction::Fwd ? ".fwd" : ".bwd") + ".cuda.tiles.i" + std::to_string(bits);
 }
 
-void expect_plan(const SegmentSoftmaxProblem& p, int bits) {
+// The tile path's plan (the lane-group path, where it applies, set aside by the test hook).
+Plan tiles_plan(const SegmentSoftmaxProblem& p) {
+  detail::segment_softmax_force_tiles() = true;
   const Plan plan = plan_segment_softmax(p);
+  detail::segment_softmax_force_tiles() = false;
+  return plan;
+}
+
+void expect_plan(const SegmentSoftmaxProblem& p, int bits) {
+  const Plan plan = tiles_plan(p);
   EXPECT_EQ(std::string(plan.path), name(p.op, p.direction, bits)) << plan;
   EXPECT_EQ(plan.index_bits, bits) << plan;
   EXPECT_GT(plan.grid[0], 0) << plan;
@@ -108,18 +116,19 @@ TEST(PlanCudaSegmentSoftmax, EveryRegisteredCudaPathIsPlanned) {
   std::set<std::string> planned;
   for (auto op : kOps)
     for (auto d : {Direction::Fwd, Direction::Bwd})
-      for (int64_t L : {int64_t(1000), P32 + 1}) planned.insert(std::string(plan_segment_softmax(cuda_problem(op, d, 1, L, 1, 5)).path));
+      for (int64_t L : {int64_t(1000), P32 + 1})
+        for (int64_t inner : {1, 8}) planned.insert(std::string(plan_segment_softmax(cuda_problem(op, d, 1, L, inner, 5)).path));
   int n = 0;
   for (const PathInfo& p : paths()) {
     if (p.backend != Backend::CUDA || std::string(p.op).rfind("segment_", 0) != 0 || p.op == "segment_reduce") continue;
     ++n;
     EXPECT_TRUE(planned.count(std::string(p.name))) << p.name << " is registered but no plan picks it";
   }
-  EXPECT_EQ(n, 12);
+  EXPECT_EQ(n, 16);  // 12 tile paths, 4 lane-group paths
 }
 
 TEST(PlanCudaSegmentSoftmax, ForceIndex64Hook) {
-  const auto p = cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, 100, 8, 4);
+  const auto p = cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, 100, 3, 4);  // 12-byte rows: tiles
   EXPECT_EQ(plan_segment_softmax(p).index_bits, 32);
   detail::segment_softmax_force_index64() = true;
   const Plan forced = plan_segment_softmax(p);
@@ -208,13 +217,13 @@ TEST(PlanCudaSegmentSoftmax, WorkedExampleGeometry) {
 
 // The benchmark hooks (SegmentSoftmaxTestCaps): the plan follows them (the plan is the
 // geometry that runs), out-of-range values are ignored, and the defaults are the rule.
-TEST(PlanCudaSegmentSoftmax, TestCapsBlockAndBudget) {
+TEST(PlanCudaSegmentSoftmax, TestCapsBlockAndBudget) {  // the tile path's caps
   const int64_t E = 10000000, nodes = 1000000;
   const auto p = cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Fwd, 1, E, 8, nodes);
   auto& caps = detail::segment_softmax_test_caps();
-  const Plan base = plan_segment_softmax(p);
+  const Plan base = tiles_plan(p);
   caps.block = 128;
-  const Plan b128 = plan_segment_softmax(p);
+  const Plan b128 = tiles_plan(p);
   const auto g128 = detail::segment_softmax_geometry(p);
   caps.block = 0;
   EXPECT_EQ(b128.block[0], 128);
@@ -225,7 +234,7 @@ TEST(PlanCudaSegmentSoftmax, TestCapsBlockAndBudget) {
   EXPECT_LE(g128.smem_slots, detail::kSsSmemBudget);
   caps.budget_kib = 94;
   const auto g94 = detail::segment_softmax_geometry(p);
-  const Plan p94 = plan_segment_softmax(p);
+  const Plan p94 = tiles_plan(p);
   caps.budget_kib = 0;
   EXPECT_LE(g94.smem_slots, 94 * 1024);
   EXPECT_GT(g94.items, 2 * 1142);
@@ -233,18 +242,103 @@ TEST(PlanCudaSegmentSoftmax, TestCapsBlockAndBudget) {
   EXPECT_LT(p94.grid[0], base.grid[0]);
   for (int bad : {-32, 1, 48, 512, 100000}) {  // not a multiple of 32 in [32, 256]: the rule
     caps.block = bad;
-    EXPECT_EQ(plan_segment_softmax(p), base) << bad;
+    EXPECT_EQ(tiles_plan(p), base) << bad;
   }
   caps.block = 0;
   for (int bad : {-1, 7, 201}) {
     caps.budget_kib = bad;
-    EXPECT_EQ(plan_segment_softmax(p), base) << bad;
+    EXPECT_EQ(tiles_plan(p), base) << bad;
   }
   caps.budget_kib = 0;
-  EXPECT_EQ(plan_segment_softmax(p), base);
+  EXPECT_EQ(tiles_plan(p), base);
   EXPECT_EQ(base.block[0], 256);
   EXPECT_EQ(base.chunk, 1142);
 }
+
+
+// ---- the lane-group path (src/core/segment_softmax_geometry.h, "the lane-group path") ------
+
+namespace lanes {
+
+std::string lanes_name(SegmentSoftmaxOp op, Direction d) {
+  return std::string(to_string(op)) + (d == Direction::Fwd ? ".fwd" : ".bwd") + ".cuda.lanes.i64";
+}
+
+// softmax and log_softmax, both directions, on the lane-group path with lpr lanes a row;
+// logsumexp on the tile path.
+void expect_lanes(int64_t outer, int64_t L, int64_t inner, int64_t S, DType t, int lpr) {
+  SCOPED_TRACE(::testing::Message() << "outer " << outer << " L " << L << " inner " << inner << " S " << S << " "
+                                    << dtype_name(t));
+  for (auto op : kOps)
+    for (auto d : {Direction::Fwd, Direction::Bwd}) {
+      const auto p = cuda_problem(op, d, outer, L, inner, S, t);
+      const Plan plan = plan_segment_softmax(p);
+      if (op == SegmentSoftmaxOp::LogSumExp) {
+        EXPECT_NE(std::string(plan.path).find(".cuda.tiles."), std::string::npos) << plan;
+        continue;
+      }
+      EXPECT_EQ(std::string(plan.path), lanes_name(op, d)) << plan;
+      EXPECT_EQ(plan.index_bits, 64) << plan;
+      EXPECT_EQ(plan.block[0], detail::kSslThreads) << plan;
+      const auto g = detail::segment_softmax_lanes(p);
+      EXPECT_EQ(g.lpr, lpr);
+      EXPECT_EQ(g.max_short_rows, detail::kSslRowsPerLane * 32 / lpr);  // a lane group is at most a warp
+      EXPECT_EQ(plan.chunk, g.max_short_rows) << plan;
+      EXPECT_EQ(g.piece_rows, int64_t(detail::kSslThreads / lpr) * detail::kSslPieceU);
+      if (built_with_cuda()) {
+        const PathInfo& info = path_info(plan.path);
+        EXPECT_EQ(info.index_bits, 64);
+        EXPECT_EQ(info.direction, d);
+      }
+    }
+}
+
+// The tile path for every op (the lane-group path does not apply).
+void expect_tiles(int64_t outer, int64_t L, int64_t inner, int64_t S, DType t) {
+  SCOPED_TRACE(::testing::Message() << "outer " << outer << " L " << L << " inner " << inner << " S " << S << " "
+                                    << dtype_name(t));
+  for (auto op : kOps)
+    for (auto d : {Direction::Fwd, Direction::Bwd}) {
+      const auto p = cuda_problem(op, d, outer, L, inner, S, t);
+      EXPECT_EQ(detail::segment_softmax_lanes(p).lpr, 0);
+      EXPECT_NE(std::string(plan_segment_softmax(p).path).find(".cuda.tiles."), std::string::npos);
+    }
+}
+
+TEST(PlanCudaSegmentSoftmaxLanes, RowsOf16BytesTimesAPowerOfTwo) {
+  for (int64_t inner : {4, 8, 16, 32, 64, 128}) expect_lanes(1, 1000, inner, 10, DType::Float32, int(inner / 4));
+  for (DType t : {DType::Float16, DType::BFloat16})
+    for (int64_t inner : {8, 16, 32, 64, 128, 256}) expect_lanes(1, 1000, inner, 10, t, int(inner / 8));
+  expect_lanes(3, 1000, 8, 7, DType::Float32, 2);  // batched
+  // Elsewhere the tile path: rows not 16 x 2^k bytes, wider than 512 bytes, float64.
+  for (int64_t inner : {1, 2, 3, 12, 24, 33, 256}) expect_tiles(1, 1000, inner, 10, DType::Float32);
+  for (int64_t inner : {1, 4, 12, 512}) expect_tiles(1, 1000, inner, 10, DType::BFloat16);
+  for (int64_t inner : {2, 8, 64}) expect_tiles(1, 1000, inner, 10, DType::Float64);
+}
+
+// The path's 32-bit counters: positions (outer * L) and merge segments (outer (S + 1) + 1)
+// below 2^31; element offsets are 64-bit, so element counts past 2^32 stay on it.
+TEST(PlanCudaSegmentSoftmaxLanes, CountersAtTheBoundaries) {
+  expect_lanes(1, P31 - 1, 8, 1000, DType::Float32, 2);  // 2^34 elements
+  expect_tiles(1, P31, 8, 1000, DType::Float32);
+  expect_lanes(2, P31 / 2 - 1, 4, 3, DType::Float32, 1);
+  expect_tiles(2, P31 / 2, 4, 3, DType::Float32);
+  expect_lanes(1, 10, 8, P31 - 3, DType::Float32, 2);  // merge segments 2^31 - 1
+  expect_tiles(1, 10, 8, P31 - 2, DType::Float32);     // 2^31
+  expect_tiles(2, 10, 8, P31 / 2, DType::Float32);
+  // The boundary test's shape (test_cuda_segment_softmax.cpp): 2^32 + 64 elements of 8 heads.
+  expect_lanes(1, (P32 + 64) / 8 + 1, 8, 3, DType::Float16, 1);
+  expect_lanes(1, P32 / 16 + 1, 16, 3, DType::Float16, 2);
+}
+
+TEST(PlanCudaSegmentSoftmaxLanes, ForceTilesHook) {
+  const auto p = cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Bwd, 1, 100, 8, 4);
+  EXPECT_EQ(std::string(plan_segment_softmax(p).path), "segment_softmax.bwd.cuda.lanes.i64");
+  EXPECT_EQ(std::string(tiles_plan(p).path), "segment_softmax.bwd.cuda.tiles.i32");
+  EXPECT_EQ(std::string(plan_segment_softmax(p).path), "segment_softmax.bwd.cuda.lanes.i64");
+}
+
+}  // namespace lanes
 
 }  // namespace
 }  // namespace segred

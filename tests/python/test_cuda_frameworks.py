@@ -139,7 +139,11 @@ def test_torch_cuda_segment_softmax_matches_cpu_backend(kind, heads, dtype):
         y = fwd(xc, lengths=lengths.cuda())
         y.backward(g.cuda())
     paths = {r.path for r in t.records}
-    assert paths == {f"segment_{kind}.fwd.cuda.tiles.i32", f"segment_{kind}.bwd.cuda.tiles.i32"}, paths
+    # rows of 16 bytes x 2^k (float32 heads 8, 64): the lane-group path; logsumexp, float64
+    # and heads 1: the tile path
+    lanes = dtype == torch.float32 and heads in (8, 64) and kind != "logsumexp"
+    kernels = "lanes.i64" if lanes else "tiles.i32"
+    assert paths == {f"segment_{kind}.fwd.cuda.{kernels}", f"segment_{kind}.bwd.cuda.{kernels}"}, paths
     assert y.device == xc.device and xc.grad.device == xc.device
     y_ref, gi_ref = _segment_softmax_cpu_ref(kind, x, g, lengths, "lengths", 0)
     # float32: both backends approximate exp (CUDA: exp2f) and sum in other orders
