@@ -130,13 +130,14 @@ int main(int argc, char** argv) {
     seg.unsafe = true;
     auto fwd = [&] { segment_softmax_out(SegmentSoftmaxOp::Softmax, x, seg, y); };
     auto bwd = [&] { segment_softmax_backward_out(SegmentSoftmaxOp::Softmax, g, y, y, seg, gi); };
-    // The plan's path; where that is the lane-group path, the tile path too (the test hook), each
+    // The lane-group path where it applies (the hook, whatever the default), then the tile path, each
     // validated before it is timed. Outputs NaN-filled first: a row a path leaves unwritten fails.
     const SegmentSoftmaxProblem prob{Backend::CUDA, Direction::Fwd, SegmentSoftmaxOp::Softmax, c.dtype, 1, rows,
                                      c.heads, S};
+    detail::segment_softmax_lanes_mode() = 1;
     const bool lanes = detail::segment_softmax_lanes(prob).lpr > 0;
     for (int force_tiles = 0; force_tiles <= (lanes ? 1 : 0); ++force_tiles) {
-    detail::segment_softmax_force_tiles() = force_tiles == 1;
+    detail::segment_softmax_lanes_mode() = force_tiles == 1 ? -1 : 1;
     CK(cudaMemset(y.data(), 0xff, size_t(n) * size_t(dtype_size(c.dtype))));
     CK(cudaMemset(gi.data(), 0xff, size_t(n) * size_t(dtype_size(c.dtype))));
     std::string path[2];
@@ -189,7 +190,7 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
     }
-    detail::segment_softmax_force_tiles() = false;
+    detail::segment_softmax_lanes_mode() = 0;
   }
   return all_ok ? 0 : 1;
 }

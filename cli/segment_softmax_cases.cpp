@@ -9,6 +9,7 @@
 #include "cli/cases.h"
 #include "cli/large.h"
 #include "segred/segred.h"
+#include "src/core/segment_softmax_geometry.h"
 #include "src/reference/segment_softmax_ref.h"
 
 namespace segred::cli {
@@ -128,6 +129,12 @@ size_t segment_softmax_case_count(DeviceRef dev) { return has_paths(dev) ? segme
 
 void run_segment_softmax_cases(DeviceRef dev, const std::function<void(Row)>& record) {
   if (!has_paths(dev)) return;
+  // CUDA: the lane-group path wherever it applies (whatever its default,
+  // src/core/segment_softmax_geometry.h), the tile path elsewhere, so both are checked.
+  struct LanesOn {
+    LanesOn() { detail::segment_softmax_lanes_mode() = 1; }
+    ~LanesOn() { detail::segment_softmax_lanes_mode() = 0; }
+  } lanes_on;
   for (const Input& in : ss_inputs())
     for (const char* kind : kKinds)
       for (bool offsets : {false, true}) {

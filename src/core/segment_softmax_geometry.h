@@ -230,10 +230,17 @@ constexpr int kSslThreads = 256;
 constexpr int kSslRowsPerLane = 8;  // registers a lane holds: 8 rows of 16 bytes
 constexpr int kSslPieceU = 8;       // rows a thread loads in one batch of a piece
 
-// Test / benchmark hook: plan every CUDA ragged softmax call on the tile path.
-inline std::atomic<bool>& segment_softmax_force_tiles() {
-  static std::atomic<bool> force{false};
-  return force;
+// Whether the plan takes the lane-group path where it applies: kSslByDefault, unless the test /
+// benchmark hook says otherwise (-1 never: the tile path; 0 the default; 1 wherever it applies).
+// Session 44 wrote the path and its GPU tests, but no GPU ran them in that session (every device
+// start was refused), so the default stays the tile path, which is verified on the H200, until
+// the lane-group path's tests have passed on one: then kSslByDefault becomes true (and the
+// expectation in tests/python/test_cuda_frameworks.py with it). The GPU tests, `segred check`
+// and the benchmark set the hook to 1 and reach the path either way.
+constexpr bool kSslByDefault = false;
+inline std::atomic<int>& segment_softmax_lanes_mode() {
+  static std::atomic<int> mode{0};
+  return mode;
 }
 
 struct SegmentSoftmaxLanes {
@@ -244,7 +251,8 @@ struct SegmentSoftmaxLanes {
 
 inline SegmentSoftmaxLanes segment_softmax_lanes(const SegmentSoftmaxProblem& p) {
   SegmentSoftmaxLanes g;
-  if (segment_softmax_force_tiles() || p.op == SegmentSoftmaxOp::LogSumExp) return g;
+  const int mode = segment_softmax_lanes_mode();
+  if (mode < 0 || (mode == 0 && !kSslByDefault) || p.op == SegmentSoftmaxOp::LogSumExp) return g;
   if (p.dtype != DType::Float32 && p.dtype != DType::Float16 && p.dtype != DType::BFloat16) return g;
   const int64_t outer = std::max<int64_t>(p.outer, 0), L = std::max<int64_t>(p.axis_len, 0);
   const int64_t F = std::max<int64_t>(p.inner, 1), S = std::max<int64_t>(p.num_segments, 0);

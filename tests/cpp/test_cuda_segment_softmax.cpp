@@ -153,21 +153,28 @@ SegmentSoftmaxProblem problem_of(const Case& c, SsKind k, DType t) {
   return {Backend::CUDA, is_bwd(k) ? Direction::Bwd : Direction::Fwd, op_of(k), t, c.outer, c.L, c.F, c.S};
 }
 
-// The test hooks of the plan: 64-bit tile kernels on small inputs; the tile path where the
-// lane-group path applies. Resets even when an assertion returns early.
+// The test hooks of the plan: 64-bit tile kernels on small inputs; the tile path, or the
+// lane-group path wherever it applies (whatever detail::kSslByDefault says). Resets even when
+// an assertion returns early.
 struct ForcePaths {
   ForcePaths(bool i64, bool tiles) {
     detail::segment_softmax_force_index64() = i64;
-    detail::segment_softmax_force_tiles() = tiles;
+    detail::segment_softmax_lanes_mode() = tiles ? -1 : 1;
   }
   ~ForcePaths() {
     detail::segment_softmax_force_index64() = false;
-    detail::segment_softmax_force_tiles() = false;
+    detail::segment_softmax_lanes_mode() = 0;
   }
 };
 
-// The lane-group path applies to the case (without the hooks).
-bool lanes_apply(const Case& c, SsKind k, DType t) { return detail::segment_softmax_lanes(problem_of(c, k, t)).lpr > 0; }
+// The lane-group path's geometry with the hook at 1 (the hooks restored after).
+detail::SegmentSoftmaxLanes lanes_geometry(const SegmentSoftmaxProblem& p) {
+  const int prev = detail::segment_softmax_lanes_mode().exchange(1);
+  const detail::SegmentSoftmaxLanes g = detail::segment_softmax_lanes(p);
+  detail::segment_softmax_lanes_mode() = prev;
+  return g;
+}
+bool lanes_apply(const Case& c, SsKind k, DType t) { return lanes_geometry(problem_of(c, k, t)).lpr > 0; }
 
 // One case, one kind, one dtype: CUDA (poisoned output, trace-asserted path: the plan's,
 // which the test recomputes) against the reference and the CPU backend, and bitwise
@@ -431,7 +438,7 @@ TEST(CudaSegmentSoftmaxLayouts, BenchmarkGeometryCaps) {
 // head); on the lane-group path and the tile path (check_kinds), every kind.
 Case lanes_edges_case(std::mt19937_64& rng, int64_t outer, int64_t F, DType t, bool ghosts) {
   const SegmentSoftmaxProblem prob{Backend::CUDA, Direction::Fwd, SegmentSoftmaxOp::Softmax, t, 1, 1, F, 1};
-  const detail::SegmentSoftmaxLanes lg = detail::segment_softmax_lanes(prob);
+  const detail::SegmentSoftmaxLanes lg = lanes_geometry(prob);
   EXPECT_GT(lg.lpr, 0) << "heads " << F << " " << dtype_name(t);
   std::vector<int64_t> lens = {0, 1, 2, 3};
   for (int64_t e = 4; e <= lg.max_short_rows; e *= 2) lens.insert(lens.end(), {e, e + 1});
@@ -494,6 +501,7 @@ TEST(CudaSegmentSoftmaxLanes, UnalignedViewsSameBits) {
   seg.lengths = ld.view();
   Tensor obig = Tensor::empty({L + 1, F}, DType::Float32, kGpu);
   const TensorView ov(static_cast<float*>(obig.data()) + 1, DType::Float32, {L, F}, {F, 1}, kGpu);
+  const ForcePaths lanes(false, false);
   for (SegmentSoftmaxOp op : {SegmentSoftmaxOp::Softmax, SegmentSoftmaxOp::LogSoftmax}) {
     SCOPED_TRACE(to_string(op));
     {

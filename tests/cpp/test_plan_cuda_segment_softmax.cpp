@@ -30,13 +30,16 @@ std::string name(SegmentSoftmaxOp op, Direction d, int bits) {
   return std::string(to_string(op)) + (d == Direction::Fwd ? ".fwd" : ".bwd") + ".cuda.tiles.i" + std::to_string(bits);
 }
 
-// The tile path's plan (the lane-group path, where it applies, set aside by the test hook).
-Plan tiles_plan(const SegmentSoftmaxProblem& p) {
-  detail::segment_softmax_force_tiles() = true;
+// The plan under the lane-group hook (-1: the tile path; 1: the lane-group path wherever it
+// applies; src/core/segment_softmax_geometry.h).
+Plan plan_with(const SegmentSoftmaxProblem& p, int lanes_mode) {
+  detail::segment_softmax_lanes_mode() = lanes_mode;
   const Plan plan = plan_segment_softmax(p);
-  detail::segment_softmax_force_tiles() = false;
+  detail::segment_softmax_lanes_mode() = 0;
   return plan;
 }
+Plan tiles_plan(const SegmentSoftmaxProblem& p) { return plan_with(p, -1); }
+Plan lanes_plan(const SegmentSoftmaxProblem& p) { return plan_with(p, 1); }
 
 void expect_plan(const SegmentSoftmaxProblem& p, int bits) {
   const Plan plan = tiles_plan(p);
@@ -117,7 +120,7 @@ TEST(PlanCudaSegmentSoftmax, EveryRegisteredCudaPathIsPlanned) {
   for (auto op : kOps)
     for (auto d : {Direction::Fwd, Direction::Bwd})
       for (int64_t L : {int64_t(1000), P32 + 1})
-        for (int64_t inner : {1, 8}) planned.insert(std::string(plan_segment_softmax(cuda_problem(op, d, 1, L, inner, 5)).path));
+        for (int64_t inner : {1, 8}) planned.insert(std::string(lanes_plan(cuda_problem(op, d, 1, L, inner, 5)).path));
   int n = 0;
   for (const PathInfo& p : paths()) {
     if (p.backend != Backend::CUDA || std::string(p.op).rfind("segment_", 0) != 0 || p.op == "segment_reduce") continue;
@@ -272,7 +275,7 @@ void expect_lanes(int64_t outer, int64_t L, int64_t inner, int64_t S, DType t, i
   for (auto op : kOps)
     for (auto d : {Direction::Fwd, Direction::Bwd}) {
       const auto p = cuda_problem(op, d, outer, L, inner, S, t);
-      const Plan plan = plan_segment_softmax(p);
+      const Plan plan = lanes_plan(p);
       if (op == SegmentSoftmaxOp::LogSumExp) {
         EXPECT_NE(std::string(plan.path).find(".cuda.tiles."), std::string::npos) << plan;
         continue;
@@ -280,7 +283,9 @@ void expect_lanes(int64_t outer, int64_t L, int64_t inner, int64_t S, DType t, i
       EXPECT_EQ(std::string(plan.path), lanes_name(op, d)) << plan;
       EXPECT_EQ(plan.index_bits, 64) << plan;
       EXPECT_EQ(plan.block[0], detail::kSslThreads) << plan;
+      detail::segment_softmax_lanes_mode() = 1;
       const auto g = detail::segment_softmax_lanes(p);
+      detail::segment_softmax_lanes_mode() = 0;
       EXPECT_EQ(g.lpr, lpr);
       EXPECT_EQ(g.max_short_rows, detail::kSslRowsPerLane * 32 / lpr);  // a lane group is at most a warp
       EXPECT_EQ(plan.chunk, g.max_short_rows) << plan;
@@ -300,8 +305,10 @@ void expect_tiles(int64_t outer, int64_t L, int64_t inner, int64_t S, DType t) {
   for (auto op : kOps)
     for (auto d : {Direction::Fwd, Direction::Bwd}) {
       const auto p = cuda_problem(op, d, outer, L, inner, S, t);
+      detail::segment_softmax_lanes_mode() = 1;
       EXPECT_EQ(detail::segment_softmax_lanes(p).lpr, 0);
-      EXPECT_NE(std::string(plan_segment_softmax(p).path).find(".cuda.tiles."), std::string::npos);
+      detail::segment_softmax_lanes_mode() = 0;
+      EXPECT_NE(std::string(lanes_plan(p).path).find(".cuda.tiles."), std::string::npos);
     }
 }
 
@@ -331,11 +338,13 @@ TEST(PlanCudaSegmentSoftmaxLanes, CountersAtTheBoundaries) {
   expect_lanes(1, P32 / 16 + 1, 16, 3, DType::Float16, 2);
 }
 
-TEST(PlanCudaSegmentSoftmaxLanes, ForceTilesHook) {
+TEST(PlanCudaSegmentSoftmaxLanes, ModeHook) {
   const auto p = cuda_problem(SegmentSoftmaxOp::Softmax, Direction::Bwd, 1, 100, 8, 4);
-  EXPECT_EQ(std::string(plan_segment_softmax(p).path), "segment_softmax.bwd.cuda.lanes.i64");
+  EXPECT_EQ(std::string(lanes_plan(p).path), "segment_softmax.bwd.cuda.lanes.i64");
   EXPECT_EQ(std::string(tiles_plan(p).path), "segment_softmax.bwd.cuda.tiles.i32");
-  EXPECT_EQ(std::string(plan_segment_softmax(p).path), "segment_softmax.bwd.cuda.lanes.i64");
+  EXPECT_EQ(std::string(plan_segment_softmax(p).path),
+            detail::kSslByDefault ? "segment_softmax.bwd.cuda.lanes.i64" : "segment_softmax.bwd.cuda.tiles.i32");
+  EXPECT_EQ(detail::segment_softmax_lanes_mode().load(), 0);
 }
 
 }  // namespace lanes
