@@ -134,7 +134,6 @@ int main(int argc, char** argv) {
     // validated before it is timed. Outputs NaN-filled first: a row a path leaves unwritten fails.
     const SegmentSoftmaxProblem prob{Backend::CUDA, Direction::Fwd, SegmentSoftmaxOp::Softmax, c.dtype, 1, rows,
                                      c.heads, S};
-    detail::segment_softmax_lanes_mode() = 1;
     const bool lanes = detail::segment_softmax_lanes(prob).lpr > 0;
     for (int force_tiles = 0; force_tiles <= (lanes ? 1 : 0); ++force_tiles) {
     detail::segment_softmax_lanes_mode() = force_tiles == 1 ? -1 : 1;

@@ -31,8 +31,8 @@ Plan plan_segment_softmax(const SegmentSoftmaxProblem& p) {
   if (p.backend == Backend::CUDA) {
     // The lane-group path where it applies (its grid: the resident blocks of every SM, known
     // at launch; the plan records the block and, as chunk, the longest segment held in registers).
-    const detail::SegmentSoftmaxLanes lg = detail::segment_softmax_lanes(p);
-    if (lg.lpr > 0) {
+    if (detail::segment_softmax_takes_lanes(p)) {
+      const detail::SegmentSoftmaxLanes lg = detail::segment_softmax_lanes(p);
       Plan plan;
       plan.path = detail::segment_softmax_lanes_path(p.op, p.direction);
       plan.index_bits = 64;

@@ -225,7 +225,7 @@ inline SegmentSoftmaxGeometry segment_softmax_geometry(const SegmentSoftmaxProbl
 // log_softmax (logsumexp keeps the tile path), float32 and the 16-bit types (float64 keeps the
 // tile path), and the row and segment counts fit the kernels' 32-bit counters (positions and
 // merge segments below 2^31; element offsets are 64-bit throughout: one path, i64). Elsewhere,
-// and under the test hook below, the tile path.
+// and where the default or the test hook below says so, the tile path.
 constexpr int kSslThreads = 256;
 constexpr int kSslRowsPerLane = 8;  // registers a lane holds: 8 rows of 16 bytes
 constexpr int kSslPieceU = 8;       // rows a thread loads in one batch of a piece
@@ -249,10 +249,11 @@ struct SegmentSoftmaxLanes {
   int64_t piece_rows = 0;     // kSslThreads / lpr * kSslPieceU
 };
 
+// The path's geometry where it can run the call (lpr 0 where it cannot): the shape rule alone,
+// which the launch code reads too; whether the plan takes it is segment_softmax_takes_lanes.
 inline SegmentSoftmaxLanes segment_softmax_lanes(const SegmentSoftmaxProblem& p) {
   SegmentSoftmaxLanes g;
-  const int mode = segment_softmax_lanes_mode();
-  if (mode < 0 || (mode == 0 && !kSslByDefault) || p.op == SegmentSoftmaxOp::LogSumExp) return g;
+  if (p.op == SegmentSoftmaxOp::LogSumExp) return g;
   if (p.dtype != DType::Float32 && p.dtype != DType::Float16 && p.dtype != DType::BFloat16) return g;
   const int64_t outer = std::max<int64_t>(p.outer, 0), L = std::max<int64_t>(p.axis_len, 0);
   const int64_t F = std::max<int64_t>(p.inner, 1), S = std::max<int64_t>(p.num_segments, 0);
@@ -265,6 +266,12 @@ inline SegmentSoftmaxLanes segment_softmax_lanes(const SegmentSoftmaxProblem& p)
   g.max_short_rows = kSslRowsPerLane * 32 / g.lpr;
   g.piece_rows = int64_t(kSslThreads / g.lpr) * kSslPieceU;
   return g;
+}
+
+// The plan takes the lane-group path: it can run the call, and the default or the hook says so.
+inline bool segment_softmax_takes_lanes(const SegmentSoftmaxProblem& p) {
+  const int mode = segment_softmax_lanes_mode();
+  return (mode > 0 || (mode == 0 && kSslByDefault)) && segment_softmax_lanes(p).lpr > 0;
 }
 
 // The registered path a call runs (src/core/registry.cpp).

@@ -715,7 +715,7 @@ void run(const Args& a) {
     case 8: run_lpr<K, D, 8>(a, lg); break;
     case 16: run_lpr<K, D, 16>(a, lg); break;
     case 32: run_lpr<K, D, 32>(a, lg); break;
-    default: throw DeviceError(detail::cat(a.op, ": the lane-group path does not apply to this call (planner bug)"));
+    default: throw DeviceError(detail::cat(a.op, ": the lane-group path cannot run this call (planner bug)"));
   }
 }
 

@@ -283,9 +283,7 @@ void expect_lanes(int64_t outer, int64_t L, int64_t inner, int64_t S, DType t, i
       EXPECT_EQ(std::string(plan.path), lanes_name(op, d)) << plan;
       EXPECT_EQ(plan.index_bits, 64) << plan;
       EXPECT_EQ(plan.block[0], detail::kSslThreads) << plan;
-      detail::segment_softmax_lanes_mode() = 1;
       const auto g = detail::segment_softmax_lanes(p);
-      detail::segment_softmax_lanes_mode() = 0;
       EXPECT_EQ(g.lpr, lpr);
       EXPECT_EQ(g.max_short_rows, detail::kSslRowsPerLane * 32 / lpr);  // a lane group is at most a warp
       EXPECT_EQ(plan.chunk, g.max_short_rows) << plan;
@@ -305,9 +303,7 @@ void expect_tiles(int64_t outer, int64_t L, int64_t inner, int64_t S, DType t) {
   for (auto op : kOps)
     for (auto d : {Direction::Fwd, Direction::Bwd}) {
       const auto p = cuda_problem(op, d, outer, L, inner, S, t);
-      detail::segment_softmax_lanes_mode() = 1;
       EXPECT_EQ(detail::segment_softmax_lanes(p).lpr, 0);
-      detail::segment_softmax_lanes_mode() = 0;
       EXPECT_NE(std::string(lanes_plan(p).path).find(".cuda.tiles."), std::string::npos);
     }
 }
